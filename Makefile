@@ -1,0 +1,30 @@
+# Every target sets itself up first (scripts/setup.sh is idempotent: seconds when nothing changed).
+SHELL := /bin/bash
+ROOT := $(abspath .)
+PY := $(ROOT)/.venv/bin/python
+export R_LIBS := $(ROOT)/.rlib
+export RETICULATE_PYTHON := $(PY)
+# Keep TensorFlow's C++ start-up chatter out of test and demo logs.
+export TF_CPP_MIN_LOG_LEVEL := 2
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-python test-r docs bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(PY) -m tfdistributed.demo
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+docs: setup
+	$(PY) -m tfdistributed.demo --help >/dev/null
+	Rscript scripts/render_vignettes.R vignettes docs
+
+bench: setup
+	$(PY) bench/run.py
+
+clean:
+	rm -rf .venv .rlib .setup docs .pytest_cache

@@ -1,0 +1,40 @@
+"""tfdistributed: distributed TensorFlow/Keras 3 training, one call each.
+
+    import tfdistributed as tfd
+    strategy = tfd.make_strategy("mirrored", num_cpu_devices=2)
+    with strategy.scope():
+        model = ...; model.compile(...)
+    tfd.fit(model, x, y, epochs=5, batch_size=64)
+
+Modules: strategies (by name), cluster (TF_CONFIG), data (sharding, TFDS), training (fit and
+evaluate under any strategy), compat (Keras 3 repairs), launch (local clusters), errors.
+TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
+devices can still be set up after it.
+"""
+
+from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_chief,
+                      local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
+                      validate_cluster, validate_tf_config)
+from .data import (SHARD_POLICIES, check_sharding, digits_arrays, global_batch_size, load_tfds,
+                   make_dataset, shard_policy, with_shard_policy, write_digits_tfds)
+from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
+                     ShardingError, StrategyError, TFDistributedError, TrainingError)
+from .launch import LaunchResult, TaskResult, launch, run_server
+from .strategies import (STRATEGY_NAMES, canonical_name, configure_cpu_devices, make_strategy,
+                         strategy_info, strategy_kind)
+from .training import evaluate, fit
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
+    "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
+    "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
+    "LaunchResult", "TaskResult",
+    "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
+    "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size", "is_chief",
+    "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers",
+    "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
+    "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
+    "write_digits_tfds",
+]

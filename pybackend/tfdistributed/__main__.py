@@ -1,0 +1,52 @@
+"""Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief] script [args]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tfdistributed",
+                                     description="Distributed TensorFlow/Keras training tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("launch", help="run a .py or .R script as a local cluster on 127.0.0.1")
+    p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
+    p.add_argument("--ps", type=int, default=0, help="parameter-server tasks (needs --chief)")
+    p.add_argument("--chief", action="store_true", help="add a chief task")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
+    p.add_argument("script", help="the .py or .R training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    sub.add_parser("server", help="serve this process's TF_CONFIG task (worker/ps of a PS cluster)")
+    p = sub.add_parser("_call", help=argparse.SUPPRESS)
+    p.add_argument("call_path")
+    p.add_argument("result_path")
+    ns = parser.parse_args(argv)
+
+    from .errors import TFDistributedError
+
+    if ns.command == "server":
+        from .launch import run_server
+
+        run_server()
+        return 0
+    if ns.command == "_call":
+        from .launch import _call
+
+        _call(ns.call_path, ns.result_path)
+        return 0
+    from .launch import DEFAULT_TIMEOUT, launch
+
+    try:
+        result = launch(ns.script, workers=ns.workers, ps=ns.ps, chief=ns.chief, args=ns.args,
+                        timeout=ns.timeout or DEFAULT_TIMEOUT)
+    except TFDistributedError as e:
+        print(f"tfdistributed: {e}", file=sys.stderr)
+        return 1
+    names = ", ".join(f"{t.name}: {t.returncode}" for t in result.tasks)
+    print(f"tfdistributed: all tasks finished in {result.seconds:.1f} s ({names})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""Input pipelines for distributed training: shard policies, a pre-flight shard check, global
+batch sizes, TFDS loading, and arrays turned into ``tf.data`` pipelines.
+
+With several workers, TensorFlow *auto-shards* each worker's copy of the dataset:
+
+- ``"file"``: each worker reads a subset of the input files. Needs at least as many files as
+  workers, otherwise TensorFlow fails at the first step with "There aren't enough elements in
+  this dataset for each shard to have at least one element".
+- ``"data"``: each worker reads everything and keeps every n-th element. Always works.
+- ``"auto"`` (TensorFlow's default): ``"file"`` when the pipeline reads files, else ``"data"``.
+- ``"hint"``: shard where ``dataset.shard(SHARD_HINT, ...)`` says.
+- ``"off"``: no sharding; every worker sees every element.
+
+:func:`check_sharding` runs TensorFlow's own auto-shard rewrite on the dataset before training,
+so the failure above becomes our :class:`~tfdistributed.errors.ShardingError` that names the fix.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import re
+
+from ._args import as_int, as_str
+from .errors import ArgumentTypeError, ShardingError, TFDistributedError, did_you_mean
+
+SHARD_POLICIES = ("auto", "file", "data", "off", "hint")
+
+
+def _policy_enum(policy: str):
+    import tensorflow as tf
+
+    policy = as_str(policy, "policy")
+    key = policy.lower()
+    if key not in SHARD_POLICIES:
+        raise ShardingError(f"Unknown shard policy {policy!r}; use one of "
+                            f"{', '.join(SHARD_POLICIES)}.{did_you_mean(policy, SHARD_POLICIES)}")
+    return getattr(tf.data.experimental.AutoShardPolicy, key.upper())
+
+
+def with_shard_policy(dataset, policy: str):
+    """``dataset`` with its auto-shard policy set to ``policy`` (see the module docstring)."""
+    import tensorflow as tf
+
+    if not isinstance(dataset, tf.data.Dataset):
+        raise ArgumentTypeError(f"with_shard_policy() needs a tf.data.Dataset, got {type(dataset).__name__}.")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = _policy_enum(policy)
+    return dataset.with_options(options)
+
+
+def shard_policy(dataset) -> str:
+    """The auto-shard policy name set on ``dataset`` ("auto" when none was set)."""
+    value = dataset.options().experimental_distribute.auto_shard_policy
+    return str(getattr(value, "name", value)).lower()
+
+
+def _first_element(dataset):
+    for element in dataset.take(1):
+        return element
+    return None
+
+
+def _tf_message(error) -> str:
+    """TensorFlow's own sentence, without the function-node prefix it wraps it in."""
+    text = str(getattr(error, "message", error)).strip()
+    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)
+    return text.splitlines()[0][:300] if text else type(error).__name__
+
+
+def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
+    """Predict, before training, whether ``dataset`` can be auto-sharded over ``num_shards`` workers.
+
+    Runs TensorFlow's own auto-shard rewrite (the one ``experimental_distribute_dataset`` uses)
+    for the first and last worker and reads one element of each, so every failure TensorFlow
+    would hit at the first training step happens here, with a message naming the fix. Returns the
+    policy that was checked. ``policy`` overrides the one set on the dataset.
+    """
+    import tensorflow as tf
+    from tensorflow.python.distribute import input_ops
+
+    num_shards = as_int(num_shards, "num_shards", minimum=1)
+    if policy is not None:
+        dataset = with_shard_policy(dataset, policy)
+    checked = shard_policy(dataset)
+    if num_shards == 1 or checked == "off":
+        return checked
+    for index in sorted({0, num_shards - 1}):
+        sharded = input_ops.auto_shard_dataset(dataset, num_shards, index, num_shards)
+        try:
+            element = _first_element(sharded)
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
+            if "enough elements" not in str(e) and "shard" not in str(e):
+                raise
+            raise ShardingError(
+                f"This dataset cannot be split over {num_shards} workers with the shard policy "
+                f"{checked!r}: it reads fewer input files than there are workers, so some workers "
+                f"would get no file. Set the shard policy to 'data' (Python: "
+                f"with_shard_policy(ds, 'data'); R: dataset_shard_policy(ds, \"data\")), or write "
+                f"the data as at least {num_shards} files. (TensorFlow: "
+                f"{_tf_message(e)})") from None
+        if element is None:
+            raise ShardingError(
+                f"Worker {index} of {num_shards} would get no data with the shard policy "
+                f"{checked!r}: the dataset has fewer elements (batches) than workers. Use more data, "
+                f"a smaller batch size, or the shard policy 'off' to give every worker everything.")
+    return checked
+
+
+def global_batch_size(per_replica, strategy=None) -> int:
+    """``per_replica`` times the number of replicas in sync (of ``strategy``, or the current one)."""
+    import tensorflow as tf
+
+    per_replica = as_int(per_replica, "per_replica", minimum=1)
+    strategy = strategy or tf.distribute.get_strategy()
+    return per_replica * int(strategy.num_replicas_in_sync)
+
+
+def _as_array(value, name: str):
+    import numpy as np
+
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    if isinstance(value, (list, tuple)) and value and not isinstance(value[0], numbers.Number):
+        raise ArgumentTypeError(f"`{name}` must be an array, got a {type(value).__name__} of "
+                                f"{type(value[0]).__name__}.")
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise ArgumentTypeError(f"`{name}` could not be turned into a numeric array "
+                                f"(got {type(value).__name__}).")
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    return array
+
+
+def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weight=None,
+                 policy: str = "data", drop_remainder=False):
+    """Arrays (NumPy, pandas, lists) as a batched ``tf.data`` pipeline with a shard policy.
+
+    ``batch_size`` is the *global* batch size. The policy defaults to ``"data"``: arrays held in
+    memory have no files to split, so every worker keeps its share of elements.
+    """
+    import tensorflow as tf
+
+    batch_size = as_int(batch_size, "batch_size", minimum=1)
+    arrays = [_as_array(x, "x")]
+    if y is not None:
+        arrays.append(_as_array(y, "y"))
+    if sample_weight is not None:
+        arrays.append(_as_array(sample_weight, "sample_weight"))
+    n = len(arrays[0])
+    for name, a in zip(("y", "sample_weight"), arrays[1:]):
+        if len(a) != n:
+            raise ArgumentTypeError(f"`x` has {n} rows but `{name}` has {len(a)}; they must match.")
+    dataset = tf.data.Dataset.from_tensor_slices(tuple(arrays) if len(arrays) > 1 else arrays[0])
+    if shuffle:
+        dataset = dataset.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    return with_shard_policy(dataset, policy)
+
+
+def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_policy=None,
+              download=False, **kwargs):
+    """A TFDS dataset read with tensorflow-datasets' own loader (``tfds.load``).
+
+    ``download`` defaults to False: in a multi-worker job every process runs this line, and
+    several processes downloading into one directory race. Prepare the data once beforehand
+    (``tfds.builder(name).download_and_prepare()``), or pass ``download=True`` on one machine.
+    ``shard_policy`` sets the auto-shard policy of the returned dataset.
+    """
+    import tensorflow_datasets as tfds
+
+    name = as_str(name, "name")
+    try:
+        dataset = tfds.load(name, split=split, data_dir=data_dir, as_supervised=as_supervised,
+                            download=download, **kwargs)
+    except (AssertionError, FileNotFoundError, tfds.core.registered.DatasetNotFoundError) as e:
+        where = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
+        raise TFDistributedError(
+            f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where}: prepare it once "
+            f"before training (tfds.builder({name!r}).download_and_prepare(), or "
+            f"write_digits_tfds() for the demo data), or pass download=True. ({e})") from None
+    if shard_policy is not None:
+        dataset = with_shard_policy(dataset, shard_policy)
+    return dataset
+
+
+DIGITS_NAME = "sklearn_digits"
+
+
+def _digits_builder_class():
+    """A real TFDS builder for the digits (a class, so its info carries supervised keys)."""
+    import numpy as np
+    import tensorflow_datasets as tfds
+
+    class SklearnDigits(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+        VERSION = tfds.core.Version("1.0.0")
+
+        def __init__(self, *, test_fraction, seed, **kwargs):
+            self._arrays = digits_arrays(test_fraction=test_fraction, seed=seed)
+            super().__init__(**kwargs)
+
+        @property
+        def name(self):
+            return DIGITS_NAME
+
+        def _info(self):
+            return self.dataset_info_from_configs(
+                description="scikit-learn's handwritten digits (8x8), written by "
+                            "tfdistributed.write_digits_tfds for demos and tests.",
+                features=tfds.features.FeaturesDict({
+                    "image": tfds.features.Image(shape=(8, 8, 1), dtype=np.uint8),
+                    "label": tfds.features.ClassLabel(num_classes=10),
+                }),
+                supervised_keys=("image", "label"),
+            )
+
+        def _split_generators(self, dl_manager):
+            (x_train, y_train), (x_test, y_test) = self._arrays
+            return {"train": self._generate_examples(x_train, y_train),
+                    "test": self._generate_examples(x_test, y_test)}
+
+        def _generate_examples(self, x, y):
+            for i, (image, label) in enumerate(zip(x, y)):
+                yield i, {"image": (image * 255).round().astype(np.uint8), "label": int(label)}
+
+    return SklearnDigits
+
+
+def write_digits_tfds(data_dir, *, num_files=1, test_fraction=0.25, seed=0):
+    """Write scikit-learn's handwritten digits (1797 8x8 images) as a real TFDS dataset on disk.
+
+    Splits ``train`` and ``test``, each in ``num_files`` TFRecord files (TFDS writes one file per
+    split by default: the case where multi-worker FILE sharding fails); images are 8x8x1 uint8
+    in 0-255, labels 0-9, supervised keys ``(image, label)``. Read it back with
+    ``load_tfds("sklearn_digits", "train", data_dir)``. Returns ``data_dir``; does nothing when
+    the dataset is already there.
+    """
+    import tensorflow_datasets as tfds
+
+    num_files = as_int(num_files, "num_files", minimum=1)
+    data_dir = os.fspath(data_dir)
+    builder = _digits_builder_class()(data_dir=data_dir, test_fraction=test_fraction, seed=seed)
+    if not builder.is_prepared():
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(num_shards=num_files))
+    return data_dir
+
+
+def digits_arrays(*, test_fraction=0.25, seed=0):
+    """scikit-learn's digits as ``((x_train, y_train), (x_test, y_test))``: float32 images
+    of shape (n, 8, 8, 1) scaled to [0, 1], int32 labels; a seeded, stratified split."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[..., None]
+    y = digits.target.astype(np.int32)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=test_fraction, random_state=seed, stratify=y)
+    return (x_train, y_train), (x_test, y_test)

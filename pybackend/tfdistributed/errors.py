@@ -1,0 +1,61 @@
+"""One exception family for every mistake tfdistributed can see coming.
+
+Each message says what was wrong, what was expected, and the fix. The classes also inherit from
+the built-in exception a Python user would naturally catch (``ValueError``, ``TypeError``,
+``TimeoutError``...), so ``except ValueError`` keeps working for code that predates us.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class TFDistributedError(Exception):
+    """Base class of every error raised on purpose by tfdistributed."""
+
+
+class StrategyError(TFDistributedError, ValueError):
+    """A strategy cannot be created as asked (unknown name, no TPU, no cluster...)."""
+
+
+class ArgumentTypeError(TFDistributedError, TypeError):
+    """An argument has the wrong type (for example a float where an integer is needed)."""
+
+
+class ClusterConfigError(TFDistributedError, ValueError):
+    """TF_CONFIG or a cluster description is malformed or inconsistent."""
+
+
+class ShardingError(TFDistributedError, ValueError):
+    """A dataset cannot be sharded over the workers with the chosen policy."""
+
+
+class TrainingError(TFDistributedError, RuntimeError):
+    """fit/evaluate cannot run as asked (model outside the scope, bad batch size...)."""
+
+
+class LaunchError(TFDistributedError, RuntimeError):
+    """A task of a local cluster failed; ``results`` holds every task's outcome."""
+
+    def __init__(self, message: str, results=None):
+        super().__init__(message)
+        self.results = results
+
+
+class LaunchTimeoutError(LaunchError, TimeoutError):
+    """A local cluster did not finish in time; every process it started was stopped."""
+
+
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to ``name``, for "did you mean" hints (None when nothing is close)."""
+    matches = difflib.get_close_matches(str(name).lower(), [c.lower() for c in choices], n=1, cutoff=0.5)
+    if not matches:
+        return None
+    by_lower = {c.lower(): c for c in choices}
+    return by_lower[matches[0]]
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    hint = closest(name, list(choices))
+    return f" Did you mean {hint!r}?" if hint else ""

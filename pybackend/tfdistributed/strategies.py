@@ -1,0 +1,297 @@
+"""Create a ``tf.distribute.Strategy`` by name, with one small function per kind.
+
+Names (case-insensitive; ``-``/``_``/spaces and a trailing ``Strategy`` are ignored, so the
+class names ``MirroredStrategy``, ``MultiWorkerMirroredStrategy``... work too):
+
+================================  ===========================================================
+``default``                       no distribution (TensorFlow's default strategy)
+``one_device``                    everything on one device (``devices="/gpu:0"``...)
+``mirrored``                      synchronous data parallelism over local GPUs / logical CPUs
+``central_storage``               variables on one device, computation mirrored
+``multi_worker_mirrored``         synchronous data parallelism over several processes
+``parameter_server``              asynchronous training, variables on ``ps`` tasks
+``tpu``                           a Cloud TPU
+``auto``                          chosen from TF_CONFIG and the local devices (see below)
+================================  ===========================================================
+
+``auto`` picks ``parameter_server`` when TF_CONFIG has ``ps`` tasks, ``multi_worker_mirrored``
+when it has several workers, ``mirrored`` with several GPUs or logical CPUs, else ``default``.
+So one script runs unchanged on a laptop and under :func:`tfdistributed.launch`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import compat
+from ._args import as_int
+from .cluster import read_tf_config
+from .errors import ArgumentTypeError, StrategyError, closest
+
+STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage",
+                  "multi_worker_mirrored", "parameter_server", "tpu", "auto")
+_ALIASES = {"ps": "parameter_server", "mwms": "multi_worker_mirrored", "onedevice": "one_device"}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_BY_KEY = {_key(n): n for n in STRATEGY_NAMES}
+_BY_KEY.update({_key(n) + "strategy": n for n in STRATEGY_NAMES})
+_BY_KEY.update(_ALIASES)
+_BY_KEY["tpustrategy"] = "tpu"
+
+
+def canonical_name(name) -> str:
+    """The canonical strategy name for ``name``, or a :class:`StrategyError` listing the valid ones."""
+    if not isinstance(name, str):
+        raise ArgumentTypeError(
+            f"The strategy name must be a string such as 'mirrored', got {type(name).__name__} "
+            f"{name!r}. Valid names: {', '.join(STRATEGY_NAMES)}.")
+    found = _BY_KEY.get(_key(name))
+    if found is None:
+        match = closest(_key(name), [k for k in _BY_KEY if len(k) > 4] + ["tpu", "ps"])
+        hint = f" Did you mean {_BY_KEY[match]!r}?" if match else ""
+        raise StrategyError(
+            f"Unknown strategy {name!r}. Valid names: {', '.join(STRATEGY_NAMES)} "
+            f"(CamelCase class names such as 'MirroredStrategy' work too).{hint}")
+    return found
+
+
+def configure_cpu_devices(n) -> list:
+    """Split the physical CPU into ``n`` logical devices, so CPU-only machines get ``n`` replicas.
+
+    TensorFlow fixes its devices when it first initializes, so this must run before anything else
+    touches TensorFlow (first thing in the script, or in a fresh R session).
+    """
+    import tensorflow as tf
+
+    n = as_int(n, "num_cpu_devices", minimum=1)
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have != n:
+            raise StrategyError(
+                f"Cannot split the CPU into {n} logical devices: TensorFlow is already initialized "
+                f"with {have}. Call make_strategy(..., num_cpu_devices={n}) (R: "
+                f"distribute_strategy(..., num_cpu_devices = {n})) before anything else uses "
+                f"TensorFlow, i.e. at the top of the script or in a fresh R session.") from None
+    return tf.config.list_logical_devices("CPU")
+
+
+def _device_list(devices, name: str):
+    if devices is None:
+        return None
+    if isinstance(devices, str):
+        return [devices]
+    try:
+        devices = list(devices)
+    except TypeError:
+        raise ArgumentTypeError(f"`devices` for {name!r} must be a device string or a list of them, "
+                                f"e.g. ['/cpu:0', '/cpu:1']; got {devices!r}.") from None
+    if not all(isinstance(d, str) for d in devices):
+        raise ArgumentTypeError(f"`devices` must be device strings such as '/gpu:0'; got {devices!r}.")
+    return devices
+
+
+def _local_compute_devices():
+    """All local GPUs if any, else all logical CPUs (several after configure_cpu_devices)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = gpus or tf.config.list_logical_devices("CPU")
+    return [d.name for d in devices]
+
+
+def _default(**_):
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy():
+        return tf.distribute.get_strategy()
+    # Inside another strategy's scope get_strategy() returns that one, not the default.
+    from tensorflow.python.distribute import distribute_lib
+
+    return distribute_lib._get_default_strategy()
+
+
+def _one_device(devices=None, **_):
+    import tensorflow as tf
+
+    devices = _device_list(devices, "one_device")
+    if devices and len(devices) != 1:
+        raise StrategyError(f"'one_device' runs on exactly one device; got {len(devices)}: {devices}. "
+                            f"Use 'mirrored' for several devices.")
+    device = devices[0] if devices else _local_compute_devices()[0]
+    return tf.distribute.OneDeviceStrategy(device)
+
+
+def _mirrored(devices=None, cross_device_ops=None, **_):
+    import tensorflow as tf
+
+    devices = _device_list(devices, "mirrored") or _local_compute_devices()
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
+
+
+def _central_storage(devices=None, parameter_device=None, **_):
+    import tensorflow as tf
+
+    devices = _device_list(devices, "central_storage") or _local_compute_devices()
+    return tf.distribute.experimental.CentralStorageStrategy(
+        compute_devices=devices, parameter_device=parameter_device)
+
+
+def _multi_worker_mirrored(cluster_resolver=None, communication_options=None, **_):
+    import tensorflow as tf
+
+    read_tf_config()
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=cluster_resolver, communication_options=communication_options)
+    except RuntimeError as e:
+        if "initialized" in str(e) or "startup" in str(e):
+            raise StrategyError(
+                "multi_worker_mirrored must be created before TensorFlow runs anything else: "
+                "create the strategy at the top of the script (after set_tf_config()), before "
+                f"building models or datasets. TensorFlow said: {e}") from None
+        raise
+
+
+def _parameter_server(cluster_resolver=None, variable_partitioner=None, **_):
+    import tensorflow as tf
+
+    if cluster_resolver is None:
+        config = read_tf_config()
+        if not config or "ps" not in config["cluster"]:
+            raise StrategyError(
+                "'parameter_server' needs a cluster with a chief, workers and ps tasks, and there is "
+                "none: set TF_CONFIG (tfdistributed.set_tf_config / R set_tf_config()), start the job "
+                "with launch(..., ps=1) / launch_cluster(..., ps = 1), or pass cluster_resolver=.")
+        if config["task"]["type"] != "chief":
+            raise StrategyError(
+                f"This process is the {config['task']['type']!r} task {config['task']['index']}; in "
+                f"parameter-server training only the chief creates the strategy. Workers and ps "
+                f"tasks run tfdistributed.run_server() (the launcher does this for you).")
+        cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.experimental.ParameterServerStrategy(
+        cluster_resolver, variable_partitioner=variable_partitioner)
+
+
+def _tpu(tpu=None, cluster_resolver=None, **_):
+    import tensorflow as tf
+
+    try:
+        resolver = cluster_resolver or tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as e:
+        raise StrategyError(
+            f"No TPU could be reached ({e}). Run on a Cloud TPU VM, or pass the TPU's name or "
+            f"address: make_strategy('tpu', tpu='my-tpu') / distribute_strategy('tpu', tpu = "
+            f"'my-tpu'). Without a TPU use 'mirrored' or 'auto'.") from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _auto_kind(num_cpu_devices=None) -> str:
+    import tensorflow as tf
+
+    config = read_tf_config()
+    if config:
+        if "ps" in config["cluster"]:
+            return "parameter_server"
+        if len(config["cluster"].get("worker", [])) + len(config["cluster"].get("chief", [])) > 1:
+            return "multi_worker_mirrored"
+    if len(tf.config.list_logical_devices("GPU")) > 1:
+        return "mirrored"
+    if num_cpu_devices and num_cpu_devices > 1:
+        return "mirrored"
+    return "default"
+
+
+_MAKERS = {
+    "default": _default,
+    "one_device": _one_device,
+    "mirrored": _mirrored,
+    "central_storage": _central_storage,
+    "multi_worker_mirrored": _multi_worker_mirrored,
+    "parameter_server": _parameter_server,
+    "tpu": _tpu,
+}
+
+
+def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_resolver=None, **kw):
+    """A ``tf.distribute.Strategy`` from its name (see the module docstring for the names).
+
+    Args:
+        name: strategy name or alias, case-insensitive.
+        devices: device string(s) for ``one_device``, ``mirrored``, ``central_storage``.
+        num_cpu_devices: split the CPU into this many logical devices first, so a CPU-only
+            machine gets several replicas (must come before TensorFlow initializes).
+        cluster_resolver: for ``multi_worker_mirrored``, ``parameter_server``, ``tpu``; by
+            default TF_CONFIG is read (and validated).
+        **kw: passed to the kind's constructor: ``cross_device_ops`` (mirrored),
+            ``parameter_device`` (central_storage), ``communication_options``
+            (multi_worker_mirrored), ``variable_partitioner`` (parameter_server), ``tpu``.
+    """
+    kind = canonical_name(name)
+    num_cpu_devices = as_int(num_cpu_devices, "num_cpu_devices", minimum=1, allow_none=True)
+    known = {"cross_device_ops", "parameter_device", "communication_options",
+             "variable_partitioner", "tpu"}
+    unknown = set(kw) - known
+    if unknown:
+        raise ArgumentTypeError(f"Unknown argument(s) {sorted(unknown)} for make_strategy(); "
+                                f"known: {sorted(known)}.")
+    compat.apply()
+    if num_cpu_devices:
+        configure_cpu_devices(num_cpu_devices)
+    if kind == "auto":
+        kind = _auto_kind(num_cpu_devices)
+    return _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
+
+
+def strategy_kind(strategy) -> str:
+    """The canonical name of a strategy object's kind (``"mirrored"``, ``"default"``...)."""
+    import tensorflow as tf
+
+    checks = [
+        (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker_mirrored"),
+        (tf.distribute.MirroredStrategy, "mirrored"),
+        (tf.distribute.OneDeviceStrategy, "one_device"),
+        (tf.distribute.experimental.CentralStorageStrategy, "central_storage"),
+        (tf.distribute.experimental.ParameterServerStrategy, "parameter_server"),
+        (tf.distribute.TPUStrategy, "tpu"),
+    ]
+    for cls, kind in checks:
+        if isinstance(strategy, cls):
+            return kind
+    if type(strategy).__name__ == "_DefaultDistributionStrategy":
+        return "default"
+    raise ArgumentTypeError(f"{strategy!r} is not a tf.distribute.Strategy.")
+
+
+def strategy_info(strategy) -> dict:
+    """What a strategy is: kind, replicas in sync, local devices, workers and this task."""
+    kind = strategy_kind(strategy)
+    extended = strategy.extended
+    devices = list(getattr(extended, "worker_devices", ()) or ())
+    if not devices and kind == "default":
+        devices = ["/device:CPU:0"]
+    info = {"kind": kind, "num_replicas": int(strategy.num_replicas_in_sync),
+            "devices": [str(d) for d in devices], "num_workers": 1,
+            "task_type": None, "task_index": None}
+    if kind == "multi_worker_mirrored":
+        resolver = strategy.cluster_resolver
+        info["task_type"] = resolver.task_type
+        info["task_index"] = resolver.task_id
+        spec = resolver.cluster_spec().as_dict()
+        info["num_workers"] = max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+    elif kind == "parameter_server":
+        spec = strategy.cluster_resolver.cluster_spec().as_dict()
+        info["num_workers"] = len(spec.get("worker", []))
+        info["num_ps"] = len(spec.get("ps", []))
+        info["task_type"] = "chief"
+        info["task_index"] = 0
+    return info

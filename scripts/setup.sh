@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One idempotent set-up for every Makefile target: Debian packages, a project-local R library
+# with reticulate >= 1.41, and a .venv with the backend installed editable. Each step checks
+# for its own result first, so a second run takes seconds and changes nothing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+RLIB="$ROOT/.rlib"
+VENV="$ROOT/.venv"
+STAMP_DIR="$ROOT/.setup"
+mkdir -p "$RLIB" "$STAMP_DIR"
+
+log() { printf '[setup] %s\n' "$*"; }
+
+# --- Debian packages -------------------------------------------------------------------------
+# R 4.2 from Debian (CRAN is not reachable); pandoc and the r-cran-* packages for the R package,
+# its tests and the vignettes; reticulate's build dependencies.
+DEB_PKGS=(r-base-core r-base-dev pandoc r-cran-testthat r-cran-jsonlite r-cran-knitr
+  r-cran-rmarkdown r-cran-roxygen2 r-cran-processx r-cran-rcpp r-cran-rcpptoml r-cran-here
+  r-cran-png r-cran-rappdirs r-cran-withr r-cran-rlang r-cran-matrix xz-utils)
+missing=()
+for p in "${DEB_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# --- reticulate >= 1.41 into .rlib -----------------------------------------------------------
+# Debian bookworm's reticulate 1.28 rejects NumPy 2 and crashes under rpy2 when R's GC frees a
+# Python object (FACTS.md). 1.41 fixes both; its source tarball comes from Debian trixie's
+# source archive, fetched with a private apt configuration so the machine's lists stay untouched.
+RETIC_TARBALL="r-cran-reticulate_1.41.0.1+dfsg.orig.tar.xz"
+RETIC_SHA256="fca24ebaa8867e2b4da9b735410cf080f09d20ca326407f1759f30c1914b7cf9"
+have_reticulate() {
+  R_LIBS="$RLIB" Rscript -e 'quit(status = !(requireNamespace("reticulate", quietly = TRUE) &&
+    packageVersion("reticulate") >= "1.41"))' >/dev/null 2>&1
+}
+if ! have_reticulate; then
+  src="$STAMP_DIR/reticulate-src"
+  mkdir -p "$src/lists/partial" "$src/dl"
+  if [ ! -f "$src/dl/$RETIC_TARBALL" ]; then
+    log "fetching reticulate 1.41 source from Debian trixie"
+    echo "deb-src http://deb.debian.org/debian trixie main" > "$src/sources.list"
+    APT_OPTS=(-o "Dir::Etc::SourceList=$src/sources.list" -o Dir::Etc::SourceParts=/dev/null
+      -o "Dir::State::Lists=$src/lists" -o APT::Sandbox::User=root)
+    apt-get "${APT_OPTS[@]}" update -qq
+    # apt exits 100 because the .dsc is missing on the mirror; the orig tarball still arrives.
+    (cd "$src/dl" && apt-get "${APT_OPTS[@]}" source --download-only r-cran-reticulate) || true
+  fi
+  echo "$RETIC_SHA256  $src/dl/$RETIC_TARBALL" | sha256sum -c --quiet -
+  rm -rf "$src/build" && mkdir -p "$src/build"
+  tar -xJf "$src/dl/$RETIC_TARBALL" -C "$src/build"
+  pkgdir="$(dirname "$(find "$src/build" -maxdepth 2 -name DESCRIPTION | head -1)")"
+  log "building reticulate into $RLIB"
+  R CMD INSTALL --no-docs --no-html -l "$RLIB" "$pkgdir" >"$STAMP_DIR/reticulate-install.log" 2>&1 \
+    || { cat "$STAMP_DIR/reticulate-install.log"; exit 1; }
+  have_reticulate
+fi
+
+# --- Python virtualenv -----------------------------------------------------------------------
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+req_hash="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
+   || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest" >/dev/null 2>&1; then
+  log "installing the backend (editable) with its test extra into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  # rpy2 builds against R; point it at the Debian R found above.
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test]"
+  echo "$req_hash" > "$STAMP_DIR/venv.hash"
+fi
+
+# --- the R package --------------------------------------------------------------------------
+# Installed into .rlib so Rscript, rpy2 and knitr all load the same code; reinstalled only when
+# a file under rpkg/ changed.
+if [ -f rpkg/DESCRIPTION ]; then
+  rpkg_hash="$(find rpkg -type f -not -path '*/tests/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+  if [ "$(cat "$STAMP_DIR/rpkg.hash" 2>/dev/null)" != "$rpkg_hash" ]; then
+    log "installing the R package tfdistributed into $RLIB"
+    R_LIBS="$RLIB" R CMD INSTALL --no-multiarch -l "$RLIB" rpkg >"$STAMP_DIR/rpkg-install.log" 2>&1 \
+      || { cat "$STAMP_DIR/rpkg-install.log"; exit 1; }
+    echo "$rpkg_hash" > "$STAMP_DIR/rpkg.hash"
+  fi
+fi
+log "ready"
