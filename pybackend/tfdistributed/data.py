@@ -68,6 +68,41 @@ def _tf_message(error) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
+_READER_OPS = ("TFRecordDataset", "FixedLengthRecordDataset", "TextLineDataset", "ArrayRecordDataset")
+
+
+def _reads_files(dataset) -> bool:
+    """Whether the pipeline reads files (TensorFlow's condition for sharding by file)."""
+    from tensorflow.core.framework import graph_pb2
+
+    graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    ops = [node.op for node in graph.node]
+    for function in graph.library.function:
+        ops += [node.op for node in function.node_def]
+    return any(op.startswith(_READER_OPS) for op in ops)
+
+
+def _shard_failure(dataset, num_shards):
+    """TensorFlow's error for the first worker whose shard cannot be built, or None.
+
+    Checks the first and the last worker: the rewrite fails for the first when files are
+    short, and the last gets the empty remainder when elements are short.
+    """
+    import tensorflow as tf
+    from tensorflow.python.distribute import input_ops
+
+    for index in sorted({0, num_shards - 1}):
+        sharded = input_ops.auto_shard_dataset(dataset, num_shards, index, num_shards)
+        try:
+            if _first_element(sharded) is None:
+                return index, None
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
+            if "shard" not in str(e):
+                raise
+            return index, e
+    return None
+
+
 def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
     """Predict, before training, whether ``dataset`` can be auto-sharded over ``num_shards`` workers.
 
@@ -76,35 +111,31 @@ def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
     would hit at the first training step happens here, with a message naming the fix. Returns the
     policy that was checked. ``policy`` overrides the one set on the dataset.
     """
-    import tensorflow as tf
-    from tensorflow.python.distribute import input_ops
-
     num_shards = as_int(num_shards, "num_shards", minimum=1)
     if policy is not None:
         dataset = with_shard_policy(dataset, policy)
     checked = shard_policy(dataset)
     if num_shards == 1 or checked == "off":
         return checked
-    for index in sorted({0, num_shards - 1}):
-        sharded = input_ops.auto_shard_dataset(dataset, num_shards, index, num_shards)
-        try:
-            element = _first_element(sharded)
-        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
-            if "enough elements" not in str(e) and "shard" not in str(e):
-                raise
-            raise ShardingError(
-                f"This dataset cannot be split over {num_shards} workers with the shard policy "
-                f"{checked!r}: it reads fewer input files than there are workers, so some workers "
-                f"would get no file. Set the shard policy to 'data' (Python: "
-                f"with_shard_policy(ds, 'data'); R: dataset_shard_policy(ds, \"data\")), or write "
-                f"the data as at least {num_shards} files. (TensorFlow: "
-                f"{_tf_message(e)})") from None
-        if element is None:
-            raise ShardingError(
-                f"Worker {index} of {num_shards} would get no data with the shard policy "
-                f"{checked!r}: the dataset has fewer elements (batches) than workers. Use more data, "
-                f"a smaller batch size, or the shard policy 'off' to give every worker everything.")
-    return checked
+    failure = _shard_failure(dataset, num_shards)
+    if failure is None:
+        return checked
+    index, error = failure
+    # TensorFlow words both failures alike ("not enough ... file(s)"). Under "auto" it shards by
+    # file exactly when the pipeline has a file reader, so the graph tells which one fell short.
+    files_short = checked == "file" or (checked != "data" and _reads_files(dataset))
+    if files_short:
+        raise ShardingError(
+            f"This dataset cannot be split over {num_shards} workers with the shard policy "
+            f"{checked!r}: it reads fewer input files than there are workers, so some workers "
+            f"would get no file. Set the shard policy to 'data' (Python: "
+            f"with_shard_policy(ds, 'data'); R: dataset_shard_policy(ds, \"data\")), or write "
+            f"the data as at least {num_shards} files."
+            + (f" (TensorFlow: {_tf_message(error)})" if error is not None else ""))
+    raise ShardingError(
+        f"Worker {index} of {num_shards} would get no data with the shard policy {checked!r}: the "
+        f"dataset has fewer elements (batches) than there are workers. Use more data or a smaller "
+        f"batch size, or the shard policy 'off' to give every worker all of it.")
 
 
 def global_batch_size(per_replica, strategy=None) -> int:

@@ -153,46 +153,55 @@ def _listening_ports(pids) -> set[int]:
 
 
 def _kill_tree(procs, grace: float) -> None:
-    """SIGTERM every task's process group and descendants, then SIGKILL what is left."""
+    """SIGTERM every task's process group and descendants, then SIGKILL what is left.
+
+    Our direct children are reaped through Popen only: if psutil reaped them, Popen would lose
+    their exit status (and report 0).
+    """
     import psutil
 
-    victims = []
+    procs = [p for p in procs if p is not None]
+    descendants = []
     for proc in procs:
-        if proc is None:
-            continue
         try:
-            parent = psutil.Process(proc.pid)
-            victims += [parent] + parent.children(recursive=True)
+            descendants += psutil.Process(proc.pid).children(recursive=True)
         except psutil.Error:
             pass
+    for proc in procs:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    for v in victims:
+    for d in descendants:
         try:
-            v.terminate()
+            d.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(victims, timeout=grace)
+    deadline = time.monotonic() + grace
     for proc in procs:
-        if proc is not None:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    _, alive = psutil.wait_procs(descendants, timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-    for v in alive:
+            proc.kill()
+    for d in alive:
         try:
-            v.kill()
+            d.kill()
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=grace)
     for proc in procs:
-        if proc is not None:
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _pin(core):
@@ -255,6 +264,12 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     base_env["PYTHONUNBUFFERED"] = "1"
     # R targets use reticulate: make it attach to this very Python, with the backend importable.
     base_env.setdefault("RETICULATE_PYTHON", python)
+    if is_function:
+        # cloudpickle sends functions of importable modules by reference: the child must be able
+        # to import them from where this process does.
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        base_env["PYTHONPATH"] = os.pathsep.join(
+            paths + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
     if pin_cpus:
         base_env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
     ncores = os.cpu_count() or 1

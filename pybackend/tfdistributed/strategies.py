@@ -275,10 +275,12 @@ def strategy_kind(strategy) -> str:
 def strategy_info(strategy) -> dict:
     """What a strategy is: kind, replicas in sync, local devices, workers and this task."""
     kind = strategy_kind(strategy)
-    extended = strategy.extended
-    devices = list(getattr(extended, "worker_devices", ()) or ())
-    if not devices and kind == "default":
-        devices = ["/device:CPU:0"]
+    if kind == "default":
+        devices = [_local_compute_devices()[0]]
+    elif kind == "parameter_server":
+        devices = []
+    else:
+        devices = list(strategy.extended.worker_devices)
     info = {"kind": kind, "num_replicas": int(strategy.num_replicas_in_sync),
             "devices": [str(d) for d in devices], "num_workers": 1,
             "task_type": None, "task_index": None}

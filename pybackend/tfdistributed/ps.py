@@ -1,0 +1,501 @@
+"""Parameter-server training of Keras 3 models on ``tf.distribute.coordinator.ClusterCoordinator``.
+
+Keras 3 ``fit`` does not support ``ParameterServerStrategy`` (keras-team/keras#18624), so
+:func:`tfdistributed.fit` sends parameter-server strategies here. The chief process is the
+*coordinator*: it holds no variables of its own (they live on the ``ps`` tasks) and schedules
+training steps as closures onto the ``worker`` tasks, which run them asynchronously.
+
+How the pieces map onto Keras:
+
+- **Data.** Every worker builds its own input pipeline (``create_per_worker_dataset``) and reads
+  only its shard: worker ``i`` of ``n`` keeps every ``n``-th example starting at ``i``, repeated
+  forever, in batches of ``global batch // replicas per worker``. Arrays are embedded in the
+  pipeline that is sent to the workers (fine for in-memory data; for data bigger than ~1 GB pass
+  a function that reads files). A ``tf.data.Dataset`` is serialized and *re-created on every
+  worker* (so it must not depend on Python state of the chief), then sharded by batches. A
+  callable ``dataset_fn(input_context)`` gets full control: ``input_context.input_pipeline_id``
+  is the worker's index and ``num_input_pipelines`` the number of workers (its dataset is
+  repeated; an epoch is ``steps_per_epoch`` steps).
+- **Steps.** One step is ``model.train_step`` (so custom ``train_step``/``compute_loss``
+  overrides keep working) run by ``strategy.run`` inside a ``tf.function`` scheduled with
+  ``coordinator.schedule``; ``join()`` ends an epoch. Keras scales each replica's loss by the
+  replicas in sync, i.e. ``tf.nn.compute_average_loss`` over the global batch.
+- **Metrics.** The model's own metric objects (the compiled loss tracker and metrics) are built
+  under the strategy scope, so their variables live on the ps tasks and every worker's step
+  updates the same totals; they are read on the chief at the end of each epoch.
+- **Callbacks** run on the chief at epoch boundaries only (steps are asynchronous, so there is no
+  meaningful per-batch state): ``History`` (returned, as from Keras ``fit``), the progress line,
+  ``EarlyStopping``, ``ModelCheckpoint``/``BackupAndRestore`` and custom callbacks.
+  ``checkpoint_dir=`` additionally writes a ``tf.train.Checkpoint`` of model and optimizer after
+  every epoch and resumes from the latest one.
+- **Evaluation and prediction** run *inline on the chief*: the chief calls the model directly
+  (its variables are read from the ps tasks) over the whole dataset in order, so results are
+  exact and reproducible (``model.predict`` itself fails under this strategy).
+- **Worker failures.** The coordinator re-queues the steps of a worker that goes away and the
+  remaining workers run them, so training finishes as long as one worker is alive. A lost ps
+  task ends the job (its variables are gone).
+"""
+
+from __future__ import annotations
+
+from ._args import as_int, as_str
+from .errors import ArgumentTypeError, ShardingError, TrainingError
+
+PARTITIONERS = ("min_size", "max_size", "fixed")
+_FIT_EXTRAS = ("checkpoint_dir", "initial_epoch")
+
+
+def coordinator(strategy):
+    """The ``ClusterCoordinator`` of ``strategy`` (TensorFlow keeps one per strategy)."""
+    import tensorflow as tf
+
+    return tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+
+def partitioner(kind="min_size", *, num_shards=None, min_shard_bytes=256 << 10,
+                max_shard_bytes=None, max_shards=1):
+    """A variable partitioner for ``make_strategy("parameter_server", variable_partitioner=...)``.
+
+    Large variables (embeddings) are then split along their first axis over the ps tasks:
+
+    - ``"min_size"``: shards of at least ``min_shard_bytes`` each, at most ``max_shards``
+      (use the number of ps tasks).
+    - ``"max_size"``: shards of at most ``max_shard_bytes`` each, at most ``max_shards``.
+    - ``"fixed"``: exactly ``num_shards`` shards (fewer if the first axis is shorter).
+    """
+    import tensorflow as tf
+
+    partitioners = tf.distribute.experimental.partitioners
+    kind = as_str(kind, "kind").lower()
+    if kind == "min_size":
+        return partitioners.MinSizePartitioner(
+            min_shard_bytes=as_int(min_shard_bytes, "min_shard_bytes", minimum=1),
+            max_shards=as_int(max_shards, "max_shards", minimum=1))
+    if kind == "max_size":
+        return partitioners.MaxSizePartitioner(
+            max_shard_bytes=as_int(max_shard_bytes, "max_shard_bytes", minimum=1),
+            max_shards=as_int(max_shards, "max_shards", minimum=1, allow_none=True))
+    if kind == "fixed":
+        return partitioners.FixedShardsPartitioner(as_int(num_shards, "num_shards", minimum=1))
+    raise ArgumentTypeError(f"Unknown partitioner kind {kind!r}; use one of {', '.join(PARTITIONERS)} "
+                            f"(e.g. partitioner('min_size', max_shards=<number of ps tasks>)).")
+
+
+def _num_workers(strategy) -> int:
+    # ParameterServerStrategy keeps its resolver on itself, so the public
+    # `strategy.cluster_resolver` (which asks `extended`) is None.
+    return int(strategy.extended._num_workers)
+
+
+def _worker_context(strategy):
+    """An InputContext naming the worker a dataset function runs on.
+
+    ParameterServerStrategy's own context says "1 pipeline, id 0" on every worker (its workers
+    are not in sync); sharding needs the worker's index, which is only known when the function
+    runs on a worker, hence the call-time value.
+    """
+    import tensorflow as tf
+
+    return tf.distribute.InputContext(
+        num_input_pipelines=_num_workers(strategy),
+        input_pipeline_id=tf.distribute.coordinator.experimental_get_current_worker_index(),
+        num_replicas_in_sync=strategy.num_replicas_in_sync)
+
+
+def _array_source(x, y, sample_weight, *, what):
+    """Arrays as a tuple for ``from_tensor_slices`` (checked, float32) and their length."""
+    from .data import _as_array
+
+    if y is None:
+        raise ArgumentTypeError(f"{what}(): with arrays, pass the targets as `y`.")
+    arrays = [_as_array(x, "x"), _as_array(y, "y")]
+    if sample_weight is not None:
+        arrays.append(_as_array(sample_weight, "sample_weight"))
+    n = len(arrays[0])
+    for name, a in zip(("y", "sample_weight"), arrays[1:]):
+        if len(a) != n:
+            raise ArgumentTypeError(f"`x` has {n} rows but `{name}` has {len(a)}; they must match.")
+    return tuple(arrays), n
+
+
+def _train_source(x, y, sample_weight, *, strategy, batch_size, shuffle, seed):
+    """``(dataset_fn(input_context), element_spec, examples or None)`` for fit's input."""
+    import tensorflow as tf
+
+    from .training import DEFAULT_BATCH_SIZE
+
+    replicas = int(strategy.num_replicas_in_sync)
+    if callable(x) and not isinstance(x, tf.data.Dataset):
+        if y is not None or sample_weight is not None or batch_size is not None:
+            raise ArgumentTypeError("fit(): a dataset function builds its own targets and batches; "
+                                    "pass `y`, `sample_weight` and `batch_size` only with arrays.")
+        local = x(tf.distribute.InputContext(1, 0, replicas))
+        if not isinstance(local, tf.data.Dataset):
+            raise ArgumentTypeError(f"fit(): the dataset function must return a tf.data.Dataset, "
+                                    f"got {type(local).__name__}.")
+        return lambda context: x(context).repeat(), local.element_spec, None
+    if isinstance(x, tf.data.Dataset):
+        if y is not None or sample_weight is not None or batch_size is not None:
+            raise ArgumentTypeError(
+                "fit(): a tf.data.Dataset already holds targets and batches; pass `y`, "
+                "`sample_weight` and `batch_size` only with arrays.")
+        dataset = x
+        workers = _num_workers(strategy)
+        if 0 <= int(dataset.cardinality()) < workers:
+            raise ShardingError(
+                f"fit(): the dataset has {int(dataset.cardinality())} batches, fewer than the "
+                f"{workers} workers, so some worker would get none. Use a smaller batch size or "
+                f"more data.")
+
+        def dataset_fn(context):
+            return dataset.shard(context.num_input_pipelines, context.input_pipeline_id).repeat()
+
+        return dataset_fn, dataset.element_spec, None
+    if x is None:
+        raise ArgumentTypeError("fit() needs data: arrays `x` and `y`, a tf.data.Dataset, or a "
+                                "function input_context -> tf.data.Dataset.")
+    arrays, n = _array_source(x, y, sample_weight, what="fit")
+    global_batch = batch_size or DEFAULT_BATCH_SIZE
+    per_replica = global_batch // replicas
+
+    def dataset_fn(context):
+        ds = tf.data.Dataset.from_tensor_slices(arrays)
+        ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
+        if shuffle:
+            ds = ds.shuffle(max(1, n // context.num_input_pipelines), seed=seed,
+                            reshuffle_each_iteration=True)
+        return ds.repeat().batch(per_replica, drop_remainder=True).prefetch(2)
+
+    spec = tf.data.Dataset.from_tensor_slices(arrays).batch(per_replica).element_spec
+    return dataset_fn, spec, (n, global_batch)
+
+
+def _steps_per_epoch(steps, x, examples):
+    import tensorflow as tf
+
+    if steps is not None:
+        return steps
+    if examples is not None:
+        n, global_batch = examples
+        if n < global_batch:
+            raise TrainingError(f"fit(): {n} examples are fewer than one global batch of "
+                                f"{global_batch}; use a smaller batch_size.")
+        return n // global_batch
+    if isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        if cardinality > 0:
+            return cardinality
+    raise TrainingError(
+        "fit() under 'parameter_server' needs `steps_per_epoch` for this input: workers repeat "
+        "their data forever, so an epoch is a number of steps. Pass steps_per_epoch= (e.g. the "
+        "number of examples // global batch size).")
+
+
+def _per_worker_iterator(strategy, dataset_fn):
+    import tensorflow as tf
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(
+            lambda _: dataset_fn(_worker_context(strategy)))
+
+    return iter(coordinator(strategy).create_per_worker_dataset(per_worker_dataset_fn))
+
+
+def _build(model, strategy, element_spec):
+    """Create every variable fit needs (model, compiled metrics and loss, optimizer) on the ps.
+
+    Variables cannot be created inside a step running on a worker, and Keras would otherwise
+    create metric and optimizer variables lazily during the first step.
+    """
+    with strategy.scope():
+        model._symbolic_build(data_batch=element_spec)
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+
+
+def _shards(variable):
+    """The TensorFlow variables behind a Keras variable: its shards when it is partitioned."""
+    import tensorflow as tf
+
+    value = getattr(variable, "value", variable)
+    if isinstance(value, tf.__internal__.distribute.ShardedVariable):
+        return list(value.variables)
+    return [value]
+
+
+def _step_fn(model):
+    """What one replica runs per step: ``model.train_step``, unless a weight is partitioned.
+
+    Keras 3's ``train_step`` cannot train a variable split by a partitioner: the gradient tape
+    asks the Keras variable for one ``handle``, which a ``ShardedVariable`` does not have. The
+    partitioned step takes gradients with respect to the shards, joins each variable's shards
+    into one gradient, and lets the optimizer (see :func:`_update_shards_directly`) split the
+    update again.
+    """
+    import keras
+    import tensorflow as tf
+    from keras import tree
+    from keras.src.losses import loss as loss_module
+
+    if all(len(_shards(v)) == 1 for v in model.trainable_variables):
+        return model.train_step
+    _update_shards_directly(model.optimizer)
+
+    def partitioned_train_step(data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True)
+            loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                       training=True)
+            model._loss_tracker.update_state(
+                loss_module.unscale_loss_for_distribution(loss),
+                sample_weight=tf.shape(tree.flatten(x)[0])[0])
+            loss = model.optimizer.scale_loss(loss)
+        variables = model.trainable_variables
+        shards = [_shards(v) for v in variables]
+        flat = tape.gradient(loss, [s for group in shards for s in group])
+        gradients, start = [], 0
+        for group in shards:
+            parts = [tf.convert_to_tensor(g) for g in flat[start:start + len(group)]]
+            start += len(group)
+            gradients.append(parts[0] if len(parts) == 1 else tf.concat(parts, axis=0))
+        model.optimizer.apply_gradients(zip(gradients, variables))
+        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    return partitioned_train_step
+
+
+def _update_shards_directly(optimizer):
+    """Let ``optimizer`` update partitioned variables.
+
+    Keras routes every update through ``strategy.extended.update``, which colocates the update
+    with the variable; a ``ShardedVariable`` has no single place ("doesn't support being used as
+    a reference"). Its own ``assign``/``assign_sub`` already write each shard on its ps task,
+    so partitioned variables are updated directly.
+    """
+    import tensorflow as tf
+
+    distributed_update = optimizer._distributed_tf_update_step
+    if getattr(distributed_update, "updates_shards_directly", False):
+        return
+
+    def update(distribution, grads_and_vars, learning_rate):
+        whole = []
+        for grad, var in grads_and_vars:
+            if isinstance(var, tf.__internal__.distribute.ShardedVariable):
+                optimizer.update_step(grad, var, learning_rate)
+            else:
+                whole.append((grad, var))
+        distributed_update(distribution, whole, learning_rate)
+
+    update.updates_shards_directly = True
+    optimizer._distributed_tf_update_step = update
+
+
+def _logs(model) -> dict:
+    return {k: float(v) for k, v in model.get_metrics_result().items()}
+
+
+def _batches(x, y, sample_weight, batch_size, *, what):
+    import tensorflow as tf
+
+    from .training import DEFAULT_BATCH_SIZE
+
+    if isinstance(x, tf.data.Dataset):
+        if y is not None or sample_weight is not None:
+            raise ArgumentTypeError(f"{what}(): a tf.data.Dataset already holds the targets; pass "
+                                    f"`y`/`sample_weight` only with arrays.")
+        return x
+    arrays, _ = _array_source(x, y, sample_weight, what=what)
+    return tf.data.Dataset.from_tensor_slices(arrays).batch(batch_size or DEFAULT_BATCH_SIZE)
+
+
+def _inline_evaluator(model):
+    """``run(dataset, steps=None) -> logs``: loss and metrics over ``dataset``, computed on the
+    chief, in order. One traced step per evaluator, reused by every epoch's validation."""
+    import tensorflow as tf
+
+    test_step = tf.function(model.test_step, reduce_retracing=True)
+
+    def run(dataset, steps=None):
+        model.reset_metrics()
+        if steps is not None:
+            dataset = dataset.take(steps)
+        for batch in dataset:
+            test_step(batch)
+        logs = _logs(model)
+        model.reset_metrics()
+        return logs
+
+    return run
+
+
+def _atomic_variable_updates():
+    """Make Keras 3 ``Variable.assign_add``/``assign_sub`` atomic on the TensorFlow backend.
+
+    Keras implements them as ``assign(self + value)``: a read, then a write. Workers of a
+    parameter-server job run steps concurrently against the same ps variables, so two updates
+    interleave and one is lost: metrics drift (accuracy above 1 was seen here) and
+    ``optimizer.iterations`` counts fewer steps than ran. TensorFlow's own ``assign_add`` is a
+    single locked operation on the ps. Applied only while the read-then-write code is present.
+    """
+    import inspect
+
+    import tensorflow as tf
+    from keras.src.backend.common import variables
+    from keras.src.backend.common.stateless_scope import in_stateless_scope
+    from keras.src.backend.tensorflow.core import Variable
+
+    if "self.assign(self + value)" not in inspect.getsource(variables.Variable.assign_add):
+        return
+    if Variable.__dict__.get("assign_add") is not None:
+        return
+
+    def atomic(name):
+        fallback = getattr(variables.Variable, name)
+
+        def update(self, value):
+            if in_stateless_scope():
+                return fallback(self, value)
+            value = self._convert_to_tensor(value, dtype=self._dtype)
+            return getattr(self._value, name)(tf.cast(value, self._value.dtype))
+
+        update.__name__ = name
+        return update
+
+    Variable.assign_add = atomic("assign_add")
+    Variable.assign_sub = atomic("assign_sub")
+
+
+def _quiet_save(manager, number):
+    import tensorflow as tf
+
+    # With variables on several tasks TensorFlow traces a new save function on every save and
+    # warns about "retracing" from the fifth epoch on; the warning is not actionable.
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        manager.save(checkpoint_number=number)
+    finally:
+        logger.setLevel(level)
+
+
+def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validation_data=None,
+        callbacks=None, steps_per_epoch=None, shuffle=True, seed=None, verbose="auto",
+        sample_weight=None, **fit_kwargs):
+    """Train ``model`` with a ParameterServerStrategy; returns the Keras ``History``.
+
+    Called by :func:`tfdistributed.fit`; see the module docstring for how data, steps, metrics
+    and callbacks work. ``x`` is arrays (with ``y``), a ``tf.data.Dataset`` of global batches, or
+    a function ``input_context -> tf.data.Dataset``. ``steps_per_epoch`` defaults to
+    ``len(x) // batch_size`` for arrays and to the dataset's length for a finite dataset.
+    ``validation_data`` (``(x_val, y_val)`` or a dataset) is evaluated on the chief after every
+    epoch. Extra options: ``checkpoint_dir`` (a ``tf.train.Checkpoint`` of model and optimizer
+    each epoch; an existing one is restored and training resumes after its epoch) and
+    ``initial_epoch``.
+    """
+    import keras
+    import tensorflow as tf
+
+    unknown = sorted(set(fit_kwargs) - set(_FIT_EXTRAS))
+    if unknown:
+        raise ArgumentTypeError(
+            f"fit() under 'parameter_server' does not take {unknown}; it takes the common fit() "
+            f"arguments plus {list(_FIT_EXTRAS)}.")
+    initial_epoch = as_int(fit_kwargs.get("initial_epoch", 0), "initial_epoch", minimum=0)
+    dataset_fn, element_spec, examples = _train_source(
+        x, y, sample_weight, strategy=strategy, batch_size=batch_size, shuffle=shuffle, seed=seed)
+    steps = _steps_per_epoch(steps_per_epoch, x, examples)
+    if validation_data is not None:
+        if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
+            x_val, y_val, *sw_val = validation_data
+            validation_data = _batches(x_val, y_val, (sw_val or [None])[0], batch_size, what="fit")
+        elif not isinstance(validation_data, tf.data.Dataset):
+            raise ArgumentTypeError("fit(): validation_data must be (x_val, y_val[, sample_weight]) "
+                                    "arrays or a tf.data.Dataset of batches.")
+    _atomic_variable_updates()
+    _build(model, strategy, element_spec)
+    evaluate_inline = _inline_evaluator(model)
+
+    manager = None
+    if fit_kwargs.get("checkpoint_dir") is not None:
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        manager = tf.train.CheckpointManager(checkpoint, fit_kwargs["checkpoint_dir"], max_to_keep=3)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+            # The checkpoint's number is the count of epochs it had completed.
+            initial_epoch = max(initial_epoch, int(manager.latest_checkpoint.rsplit("-", 1)[1]))
+
+    iterator = _per_worker_iterator(strategy, dataset_fn)
+
+    step_fn = _step_fn(model)
+
+    @tf.function
+    def train_step(iterator):
+        strategy.run(step_fn, args=(next(iterator),))
+
+    if verbose == "auto":
+        verbose = 2  # one line per epoch: async steps have no meaningful per-batch progress
+    callbacks = keras.callbacks.CallbackList(
+        callbacks, add_history=True, add_progbar=verbose != 0, verbose=verbose, epochs=epochs,
+        steps=steps, model=model)
+    cluster = coordinator(strategy)
+    model.stop_training = False
+    callbacks.on_train_begin()
+    initial_epoch = getattr(model, "_initial_epoch", None) or initial_epoch
+    logs = None
+    for epoch in range(initial_epoch, epochs):
+        model.reset_metrics()
+        callbacks.on_epoch_begin(epoch)
+        for _ in range(steps):
+            cluster.schedule(train_step, args=(iterator,))
+        cluster.join()
+        logs = _logs(model)
+        if validation_data is not None:
+            logs.update({f"val_{k}": v for k, v in evaluate_inline(validation_data).items()})
+        if manager is not None:
+            _quiet_save(manager, epoch + 1)
+        callbacks.on_epoch_end(epoch, logs)
+        if model.stop_training:
+            break
+    callbacks.on_train_end(logs=logs)
+    return model.history
+
+
+def evaluate(model, x=None, y=None, *, strategy, batch_size=None, steps=None, verbose="auto",
+             sample_weight=None):
+    """``{"loss": ..., metric: ...}`` of ``model`` over ``x``/``y`` (or a dataset), as floats.
+
+    Runs inline on the chief, over every example exactly once, in order (see the module
+    docstring), so the result equals a single-process evaluation of the same weights.
+    """
+    del verbose  # one synchronous pass on the chief: nothing to report along the way
+    dataset = _batches(x, y, sample_weight, batch_size, what="evaluate")
+    _atomic_variable_updates()
+    _build(model, strategy, dataset.element_spec)
+    return _inline_evaluator(model)(dataset, steps)
+
+
+def predict(model, x, batch_size=None):
+    """``model``'s outputs for ``x`` as NumPy, computed on the chief (``model.predict`` fails
+    under ParameterServerStrategy)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from keras import tree
+
+    from .data import _as_array
+    from .training import DEFAULT_BATCH_SIZE
+
+    if isinstance(x, tf.data.Dataset):
+        dataset = x
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(_as_array(x, "x")).batch(
+            as_int(batch_size or DEFAULT_BATCH_SIZE, "batch_size", minimum=1))
+    call = tf.function(lambda inputs: model(inputs, training=False), reduce_retracing=True)
+    # Like model.predict, a dataset of (x, y) batches is predicted from its x.
+    outputs = [tree.map_structure(np.asarray, call(keras.utils.unpack_x_y_sample_weight(batch)[0]))
+               for batch in dataset]
+    return tree.map_structure(lambda *parts: np.concatenate(parts), *outputs)

@@ -1,0 +1,180 @@
+"""The local cluster launcher: output, results, failures, timeouts, and nothing left behind."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import LaunchError, LaunchTimeoutError
+
+pytestmark = pytest.mark.cluster
+
+
+def script(tmp_path, body, name="task.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def our_descendants():
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    before = {p.pid for p in our_descendants()}
+    yield
+    left = [p for p in our_descendants() if p.pid not in before]
+    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+def test_each_task_gets_its_tf_config_and_prefixed_output(tmp_path):
+    path = script(tmp_path, """
+        import json, os
+        config = json.loads(os.environ["TF_CONFIG"])
+        print("task", config["task"]["type"], config["task"]["index"], json.dumps(config["cluster"]))
+    """)
+    lines = []
+    result = tfd.launch(path, workers=3, chief=True, timeout=60, on_output=lines.append, echo=False)
+    assert [(t.task_type, t.task_index, t.returncode) for t in result.tasks] == [
+        ("chief", 0, 0), ("worker", 0, 0), ("worker", 1, 0), ("worker", 2, 0)]
+    assert set(lines) >= {f"[worker 2] task worker 2 {json.dumps(result.cluster)}",
+                          f"[chief 0] task chief 0 {json.dumps(result.cluster)}"}
+    assert all(a.startswith("127.0.0.1:") for role in result.cluster.values() for a in role)
+
+
+def _square_of_index(extra):
+    import json
+    import os
+
+    return json.loads(os.environ["TF_CONFIG"])["task"]["index"] ** 2 + extra
+
+
+def test_function_target_returns_values():
+    result = tfd.launch(_square_of_index, workers=3, args=(10,), timeout=60, echo=False)
+    assert result.values == [10, 11, 14]
+
+
+def test_script_arguments_are_passed(tmp_path):
+    path = script(tmp_path, "import sys; print(sys.argv[1:])")
+    result = tfd.launch(path, workers=1, args=["--epochs", 3], timeout=60, echo=False)
+    assert result.tasks[0].output == ["['--epochs', '3']"]
+
+
+def test_failing_task_is_named_and_the_others_are_stopped(tmp_path):
+    path = script(tmp_path, """
+        import json, os, time
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            time.sleep(0.5)
+            raise SystemExit("worker one gives up")
+        time.sleep(120)
+    """)
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        tfd.launch(path, workers=3, timeout=120, echo=False)
+    assert time.monotonic() - t0 < 15
+    assert "Task worker 1 exited with status 1" in str(info.value)
+    assert "worker one gives up" in str(info.value)
+    codes = {t.name: t.returncode for t in info.value.results}
+    assert codes["worker 1"] == 1 and codes["worker 0"] < 0 and codes["worker 2"] < 0
+
+
+def test_sigkilled_task_is_named(tmp_path):
+    path = script(tmp_path, """
+        import json, os, signal, subprocess, sys, time
+        # A grandchild in the same process group must go too.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(120)
+    """)
+    with pytest.raises(LaunchError, match="Task worker 0 was killed by signal 9"):
+        tfd.launch(path, workers=2, timeout=120, echo=False)
+
+
+def test_timeout_stops_everything(tmp_path):
+    path = script(tmp_path, "import time; time.sleep(120)")
+    t0 = time.monotonic()
+    with pytest.raises(LaunchTimeoutError, match="did not finish within 3 s") as info:
+        tfd.launch(path, workers=2, timeout=3, echo=False)
+    assert time.monotonic() - t0 < 15
+    assert "worker 0, worker 1" in str(info.value)
+
+
+MWMS_SCRIPT = """
+import tfdistributed as tfd
+strategy = tfd.make_strategy("auto")
+import keras
+with strategy.scope():
+    model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(1)])
+print("never reached without the other worker", flush=True)
+"""
+
+
+def test_task_that_never_joins_is_named_at_the_timeout(tmp_path):
+    cluster = tfd.local_cluster(2)
+    path = script(tmp_path, MWMS_SCRIPT)
+    with pytest.raises(LaunchTimeoutError) as info:
+        tfd.launch(path, cluster=cluster, tasks=[("worker", 0)], timeout=25, echo=False)
+    message = str(info.value)
+    assert f"never joined the cluster (no server on their address): worker 1 ({cluster['worker'][1]})" in message
+    assert "worker 0" in message.split("Still running")[1]
+
+
+def test_missing_script_and_unknown_kind(tmp_path):
+    with pytest.raises(LaunchError, match="does not exist"):
+        tfd.launch(str(tmp_path / "nope.py"), timeout=10)
+    other = tmp_path / "train.sh"
+    other.write_text("echo hi")
+    with pytest.raises(LaunchError, match="runs .py scripts with Python, .R"):
+        tfd.launch(str(other), timeout=10)
+    with pytest.raises(tfd.ArgumentTypeError, match="script path or a Python function"):
+        tfd.launch(42, timeout=10)
+    with pytest.raises(tfd.ArgumentTypeError, match="positive number"):
+        tfd.launch(str(other), timeout=0)
+
+
+def test_port_already_in_use(tmp_path):
+    path = script(tmp_path, "print('hi')")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        with pytest.raises(LaunchError, match=f"worker 0 \\({address}\\) is already in use"):
+            tfd.launch(path, cluster={"worker": [address]}, timeout=10)
+
+
+def test_non_loopback_cluster_refused(tmp_path):
+    path = script(tmp_path, "print('hi')")
+    with pytest.raises(tfd.ClusterConfigError, match="not a loopback address"):
+        tfd.launch(path, cluster={"worker": ["192.0.2.10:2222"]}, timeout=10)
+
+
+def test_r_script_target(tmp_path):
+    path = script(tmp_path, 'cat("R task", jsonlite::fromJSON(Sys.getenv("TF_CONFIG"))$task$index, "\\n")',
+                  name="task.R")
+    result = tfd.launch(path, workers=2, timeout=60, echo=False)
+    assert [t.output for t in result.tasks] == [["R task 0 "], ["R task 1 "]]
+
+
+def test_command_line(tmp_path):
+    ok = script(tmp_path, "print('fine')", name="ok.py")
+    bad = script(tmp_path, "raise SystemExit(3)", name="bad.py")
+    env = dict(os.environ)
+    run = lambda *args: subprocess.run([sys.executable, "-m", "tfdistributed", "launch", *args],
+                                       capture_output=True, text=True, timeout=60, env=env)
+    done = run("--workers", "2", ok)
+    assert done.returncode == 0, done.stderr
+    assert "[worker 1] fine" in done.stdout and "all tasks finished" in done.stderr
+    failed = run("--workers", "2", bad)
+    assert failed.returncode == 1 and "exited with status 3" in failed.stderr

@@ -1,0 +1,195 @@
+"""Parameter-server training (tfdistributed.ps) on real clusters of separate processes.
+
+Three cluster runs, each shared by several tests (module-scoped fixtures), chief script
+tests/python/scripts/ps_train.py:
+
+- chief + 2 workers + 1 ps train the digits model through tfdistributed.fit / evaluate;
+- 2 ps tasks and a partitioner split a large Embedding across both and still train;
+- one worker is SIGKILLed mid-training and the job finishes with the other.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import ArgumentTypeError, TrainingError, ps
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ps_train.py")
+TIMEOUT = 240
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+BATCH = 64
+EPOCHS = 12
+
+
+def _run_chief(outdir, mode, *args, **launch_kwargs):
+    tfd.launch(SCRIPT, workers=2, ps=launch_kwargs.pop("ps", 1), chief=True,
+               args=[outdir, mode, *args], timeout=TIMEOUT, env=ENV, echo=False, **launch_kwargs)
+    with open(os.path.join(outdir, "result.json")) as f:
+        return json.load(f)
+
+
+def _leftovers():
+    import psutil
+
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any("tfdistributed" in part or "ps_train" in part for part in p.cmdline()):
+                found.append((p.pid, p.cmdline()))
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    outdir = str(tmp_path_factory.mktemp("ps-train"))
+    return outdir, _run_chief(outdir, "train")
+
+
+@pytest.fixture(scope="module")
+def partitioned(tmp_path_factory):
+    return _run_chief(str(tmp_path_factory.mktemp("ps-partition")), "partition", ps=2)
+
+
+@pytest.fixture(scope="module")
+def worker_killed(tmp_path_factory):
+    """Worker 1 is started here, outside launch(): launch() stops the whole job as soon as any
+    task dies, which is exactly what this test must not do. The chief kills it by PID."""
+    outdir = str(tmp_path_factory.mktemp("ps-kill"))
+    cluster = tfd.local_cluster(workers=2, ps=1, chief=True)
+    env = dict(os.environ, **ENV, TF_CONFIG=json.dumps(tfd.tf_config(cluster, "worker", 1)))
+    victim = subprocess.Popen([sys.executable, "-m", "tfdistributed", "server"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        result = _run_chief(outdir, "kill", victim.pid, cluster=cluster,
+                            tasks=[("chief", 0), ("worker", 0), ("ps", 0)])
+    finally:
+        victim.kill()
+        code = victim.wait(timeout=30)
+    return result, code
+
+
+def _digits_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+
+
+def _weights(outdir):
+    with np.load(os.path.join(outdir, "weights.npz")) as f:
+        return [f[f"arr_{i}"] for i in range(len(f.files))]
+
+
+@pytest.mark.cluster
+def test_fit_trains_digits_with_history_and_callbacks(trained):
+    _, result = trained
+    assert result["strategy"] == "parameter_server"
+    history = result["history"]
+    assert set(history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert all(len(v) == EPOCHS for v in history.values())
+    assert result["epochs_seen"] == list(range(EPOCHS))
+    assert history["loss"][-1] < history["loss"][0]
+    assert all(0.0 <= a <= 1.0 for a in history["accuracy"] + history["val_accuracy"])
+    assert result["evaluate"]["accuracy"] >= 0.9
+    # Every scheduled step updated the ps exactly once: no update lost between workers.
+    assert result["iterations"] == EPOCHS * result["steps_per_epoch"]
+    # Validation after the last epoch and evaluate() see the same weights and data.
+    assert history["val_accuracy"][-1] == pytest.approx(result["evaluate"]["accuracy"])
+
+
+@pytest.mark.cluster
+def test_evaluate_matches_single_process_model(trained, digits):
+    outdir, result = trained
+    _, (x_test, y_test) = digits
+    model = _digits_model()
+    model.set_weights(_weights(outdir))
+    expected = model.evaluate(x_test, y_test, batch_size=BATCH, verbose=0, return_dict=True)
+    assert result["evaluate"]["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-6)
+    assert result["evaluate"]["loss"] == pytest.approx(expected["loss"], rel=1e-4)
+    predictions = model.predict(x_test[:50], verbose=0)
+    assert result["predict_shape"] == [50, 10]
+    assert result["predict_accuracy"] == pytest.approx(
+        float(np.mean(predictions.argmax(-1) == y_test[:50])))
+
+
+@pytest.mark.cluster
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
+def test_checkpoints_hold_the_trained_weights(trained):
+    import tensorflow as tf
+
+    outdir, _ = trained
+    weights = _weights(outdir)
+    latest = tf.train.latest_checkpoint(os.path.join(outdir, "ckpt"))
+    assert latest is not None and latest.endswith(f"-{EPOCHS}")
+    restored = _digits_model()
+    tf.train.Checkpoint(model=restored).restore(latest).expect_partial()
+    from_keras = _digits_model()
+    from_keras.load_weights(os.path.join(outdir, "keras.weights.h5"))
+    for model in (restored, from_keras):
+        for got, want in zip(model.get_weights(), weights):
+            np.testing.assert_allclose(got, want)
+
+
+@pytest.mark.cluster
+def test_partitioner_splits_embedding_over_two_ps(partitioned):
+    assert partitioned["is_sharded"] and partitioned["type"] == "ShardedVariable"
+    assert partitioned["devices"] == ["/job:ps/replica:0/task:0/device:CPU:0",
+                                      "/job:ps/replica:0/task:1/device:CPU:0"]
+    assert sum(shape[0] for shape in partitioned["shapes"]) == 5000
+    assert partitioned["loss"][-1] < partitioned["loss"][0]
+
+
+@pytest.mark.cluster
+def test_training_survives_a_killed_worker(worker_killed):
+    result, victim_code = worker_killed
+    assert victim_code == -9
+    assert result["killed_during_epoch"] == [1]
+    assert result["epochs"] == 6
+    # The dead worker's steps were re-run by the other one: none missing.
+    assert result["iterations"] >= 6 * result["steps_per_epoch"]
+    assert result["evaluate"]["accuracy"] >= 0.9
+
+
+@pytest.mark.cluster
+def test_no_process_left_behind(trained, partitioned, worker_killed):
+    assert _leftovers() == []
+
+
+def test_partitioner_kinds():
+    import tensorflow as tf
+
+    partitioners = tf.distribute.experimental.partitioners
+    assert isinstance(ps.partitioner("min_size", max_shards=2), partitioners.MinSizePartitioner)
+    assert isinstance(ps.partitioner("max_size", max_shard_bytes=1 << 20),
+                      partitioners.MaxSizePartitioner)
+    fixed = ps.partitioner("fixed", num_shards=2)
+    assert isinstance(fixed, partitioners.FixedShardsPartitioner)
+    assert fixed(tf.TensorShape([10, 4]), tf.float32) == [2, 1]
+    with pytest.raises(ArgumentTypeError, match="min_size, max_size, fixed"):
+        ps.partitioner("round_robin")
+    with pytest.raises(ArgumentTypeError, match="num_shards"):
+        ps.partitioner("fixed")
+
+
+def test_fit_needs_steps_for_a_dataset_function():
+    import tensorflow as tf
+
+    def dataset_fn(context):
+        return tf.data.Dataset.range(8).map(lambda i: (i, i)).batch(2)
+
+    with pytest.raises(TrainingError, match="steps_per_epoch"):
+        ps.fit(None, dataset_fn, strategy=tf.distribute.get_strategy())
+    with pytest.raises(ArgumentTypeError, match="validation_freq"):
+        ps.fit(None, dataset_fn, strategy=tf.distribute.get_strategy(), validation_freq=2)

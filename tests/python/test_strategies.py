@@ -1,0 +1,135 @@
+"""Strategies by name: every kind this machine can run, aliases, auto, and every error."""
+
+import json
+
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import ArgumentTypeError, StrategyError
+from tfdistributed.strategies import _auto_kind
+
+
+@pytest.mark.parametrize("name,kind,replicas", [
+    ("default", "default", 1),
+    ("one_device", "one_device", 1),
+    ("mirrored", "mirrored", 2),
+    ("central_storage", "central_storage", 2),
+    # one replica per worker on CPU: MultiWorkerMirrored uses GPUs or a single CPU device
+    ("multi_worker_mirrored", "multi_worker_mirrored", 1),
+])
+def test_each_local_kind(name, kind, replicas):
+    strategy = tfd.make_strategy(name)
+    info = tfd.strategy_info(strategy)
+    assert info["kind"] == kind
+    assert info["num_replicas"] == replicas
+    assert len(info["devices"]) == replicas
+
+
+@pytest.mark.parametrize("alias,canonical", [
+    ("MirroredStrategy", "mirrored"), ("Mirrored", "mirrored"), ("MIRRORED", "mirrored"),
+    ("MultiWorkerMirroredStrategy", "multi_worker_mirrored"), ("multi-worker-mirrored", "multi_worker_mirrored"),
+    ("CentralStorageStrategy", "central_storage"), ("OneDeviceStrategy", "one_device"),
+    ("ParameterServerStrategy", "parameter_server"), ("TPUStrategy", "tpu"), ("ps", "parameter_server"),
+    ("Auto", "auto"), ("default", "default"),
+])
+def test_aliases(alias, canonical):
+    assert tfd.canonical_name(alias) == canonical
+
+
+def test_devices_can_be_chosen():
+    strategy = tfd.make_strategy("one_device", devices="/cpu:1")
+    assert tfd.strategy_info(strategy)["devices"][0].endswith("CPU:1")
+    strategy = tfd.make_strategy("mirrored", devices=["/cpu:0"])
+    assert strategy.num_replicas_in_sync == 1
+
+
+def test_default_inside_another_scope_is_still_the_default():
+    with tfd.make_strategy("mirrored").scope():
+        assert tfd.strategy_kind(tfd.make_strategy("default")) == "default"
+
+
+def test_num_cpu_devices_matching_the_current_split_is_accepted():
+    assert tfd.make_strategy("mirrored", num_cpu_devices=2).num_replicas_in_sync == 2
+
+
+def _config(cluster, role="worker", index=0):
+    return json.dumps(tfd.tf_config(cluster, role, index))
+
+
+@pytest.mark.parametrize("env,expected", [
+    (None, "mirrored"),  # 2 logical CPUs set by conftest, but only when asked for
+    (_config({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}), "multi_worker_mirrored"),
+    (_config({"chief": ["127.0.0.1:3"], "worker": ["127.0.0.1:1"]}), "multi_worker_mirrored"),
+    (_config({"chief": ["127.0.0.1:3"], "worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "chief"), "parameter_server"),
+    (_config({"worker": ["127.0.0.1:1"]}), "default"),
+])
+def test_auto_reads_tf_config(monkeypatch, env, expected):
+    if env is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+        assert _auto_kind(num_cpu_devices=2) == expected
+        assert _auto_kind() == "default"
+    else:
+        monkeypatch.setenv("TF_CONFIG", env)
+        assert _auto_kind() == expected
+
+
+def test_unknown_name_lists_names_and_closest():
+    with pytest.raises(StrategyError) as info:
+        tfd.make_strategy("mirorred")
+    message = str(info.value)
+    assert "Did you mean 'mirrored'?" in message
+    for name in tfd.STRATEGY_NAMES:
+        assert name in message
+    with pytest.raises(StrategyError, match="Did you mean 'multi_worker_mirrored'"):
+        tfd.make_strategy("MultiWorkerMirored")
+    with pytest.raises(StrategyError, match="Valid names"):
+        tfd.make_strategy("banana")
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(name=3), "must be a string"),
+    (dict(name=None), "must be a string"),
+    (dict(name="mirrored", num_cpu_devices=2.0), "2L"),
+    (dict(name="mirrored", num_cpu_devices=0), ">= 1"),
+    (dict(name="mirrored", devices=[0, 1]), "device strings"),
+    (dict(name="mirrored", bogus=1), "Unknown argument"),
+])
+def test_argument_types(kwargs, match):
+    with pytest.raises(ArgumentTypeError, match=match):
+        tfd.make_strategy(**kwargs)
+
+
+def test_too_late_to_split_cpu():
+    with pytest.raises(StrategyError, match="before anything else uses TensorFlow"):
+        tfd.make_strategy("mirrored", num_cpu_devices=4)
+
+
+def test_one_device_with_two_devices():
+    with pytest.raises(StrategyError, match="exactly one device"):
+        tfd.make_strategy("one_device", devices=["/cpu:0", "/cpu:1"])
+
+
+def test_tpu_without_tpu():
+    with pytest.raises(StrategyError, match="No TPU could be reached.*tpu='my-tpu'"):
+        tfd.make_strategy("tpu")
+
+
+def test_parameter_server_without_cluster(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(StrategyError, match="launch\\(..., ps=1\\)"):
+        tfd.make_strategy("parameter_server")
+
+
+def test_parameter_server_from_a_worker_task(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", _config(
+        {"chief": ["127.0.0.1:3"], "worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "worker"))
+    with pytest.raises(StrategyError, match="only the chief creates the strategy"):
+        tfd.make_strategy("parameter_server")
+
+
+def test_malformed_tf_config_stops_multi_worker(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 2}}')
+    with pytest.raises(tfd.ClusterConfigError, match="out of range"):
+        tfd.make_strategy("multi_worker_mirrored")
+    with pytest.raises(tfd.ClusterConfigError, match="out of range"):
+        tfd.make_strategy("auto")

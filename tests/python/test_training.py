@@ -1,0 +1,125 @@
+"""fit / evaluate under every single-process strategy, and the mistakes fit() catches."""
+
+import numpy as np
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import TrainingError
+
+
+def build_digits_model(strategy, seed=1):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    with strategy.scope():
+        model = keras.Sequential([keras.layers.Input((8, 8, 1)), keras.layers.Flatten(),
+                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+        model.compile(optimizer=keras.optimizers.Adam(0.005),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    return model
+
+
+def test_mirrored_on_two_logical_cpus_reaches_090(digits):
+    (x, y), (xt, yt) = digits
+    strategy = tfd.make_strategy("mirrored", num_cpu_devices=2)
+    assert strategy.num_replicas_in_sync == 2
+    model = build_digits_model(strategy)
+    history = tfd.fit(model, x, y, epochs=12, batch_size=64, seed=0, verbose=0,
+                      validation_data=(xt, yt))
+    assert len(history.history["loss"]) == 12
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert "val_accuracy" in history.history
+    metrics = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
+    assert set(metrics) == {"loss", "accuracy"}
+    assert metrics["accuracy"] >= 0.9, metrics
+
+
+@pytest.mark.parametrize("name", ["default", "one_device", "central_storage", "multi_worker_mirrored"])
+def test_fit_and_evaluate_under_each_kind(digits, name):
+    (x, y), (xt, yt) = digits
+    strategy = tfd.make_strategy(name)
+    model = build_digits_model(strategy)
+    history = tfd.fit(model, x, y, epochs=2, batch_size=64, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    metrics = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
+    assert 0.5 < metrics["accuracy"] <= 1.0
+
+
+def test_tf_dataset_input_with_shard_policy(digits_tfds_dir):
+    import tensorflow as tf
+
+    strategy = tfd.make_strategy("mirrored")
+    model = build_digits_model(strategy)
+    train = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir, shard_policy="data")
+    train = train.map(lambda i, l: (tf.cast(i, tf.float32) / 255.0, l)).batch(64)
+    history = tfd.fit(model, train, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+
+
+def test_global_batch_loss_matches_single_device(digits):
+    """Same data, same global batch, same seed: 2 replicas and 1 device give the same losses."""
+    (x, y), _ = digits
+    # Whole batches only: Keras averages a ragged last batch per replica, which is not the
+    # global mean when the replicas get unequal shares.
+    x, y = x[:1344], y[:1344]
+    losses = {}
+    for name in ("one_device", "mirrored"):
+        model = build_digits_model(tfd.make_strategy(name), seed=3)
+        losses[name] = tfd.fit(model, x, y, epochs=2, batch_size=64, shuffle=False,
+                               verbose=0).history["loss"]
+    np.testing.assert_allclose(losses["mirrored"], losses["one_device"], rtol=1e-4)
+
+
+def test_model_built_outside_the_scope(digits):
+    (x, y), _ = digits
+    model = build_digits_model(tfd.make_strategy("default"))
+    with pytest.raises(TrainingError, match="outside any strategy scope.*strategy.scope"):
+        tfd.fit(model, x, y, strategy=tfd.make_strategy("mirrored"))
+
+
+def test_model_built_under_another_strategy(digits):
+    (x, y), _ = digits
+    model = build_digits_model(tfd.make_strategy("one_device"))
+    with pytest.raises(TrainingError, match="under another strategy \\(one_device\\)"):
+        tfd.fit(model, x, y, strategy=tfd.make_strategy("mirrored"))
+
+
+def test_model_not_compiled(digits):
+    import keras
+
+    (x, y), _ = digits
+    with tfd.make_strategy("mirrored").scope():
+        model = keras.Sequential([keras.layers.Input((8, 8, 1)), keras.layers.Flatten(),
+                                  keras.layers.Dense(10)])
+    with pytest.raises(TrainingError, match="not compiled"):
+        tfd.fit(model, x, y)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(batch_size=63), TrainingError, "use 62 .*or 64"),
+    (dict(batch_size=64.0), tfd.ArgumentTypeError, "64L"),
+    (dict(batch_size=0), tfd.ArgumentTypeError, ">= 1"),
+    (dict(epochs=1.5), tfd.ArgumentTypeError, "whole number"),
+    (dict(epochs=None), tfd.ArgumentTypeError, "required"),
+    (dict(shard_policy="bogus"), tfd.ShardingError, "Unknown shard policy"),
+])
+def test_bad_fit_arguments(digits, kwargs, error, match):
+    (x, y), _ = digits
+    model = build_digits_model(tfd.make_strategy("mirrored"))
+    with pytest.raises(error, match=match):
+        tfd.fit(model, x, y, **kwargs)
+
+
+def test_dataset_with_y_or_batch_size(digits):
+    import tensorflow as tf
+
+    (x, y), _ = digits
+    model = build_digits_model(tfd.make_strategy("mirrored"))
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+    with pytest.raises(tfd.ArgumentTypeError, match="already holds the targets"):
+        tfd.fit(model, ds, y)
+    with pytest.raises(tfd.ArgumentTypeError, match="applies to arrays only"):
+        tfd.fit(model, ds, batch_size=64)
+    with pytest.raises(tfd.ArgumentTypeError, match="Keras model"):
+        tfd.fit("model", ds)
