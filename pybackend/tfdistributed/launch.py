@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import queue
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +37,10 @@ from .cluster import ROLES, check_loopback, local_cluster, tf_config
 from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 
 DEFAULT_TIMEOUT = 900.0
+# TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
+# TF_CPP_MIN_LOG_LEVEL cannot silence them): kept in each task's output, not streamed.
+_NOISE = re.compile(r"^(I\d{4} [\d:.]+\s+\d+ \S+:\d+\] |WARNING: All log messages "
+                    r"before absl::InitializeLog\(\) is called)")
 _TAIL = 40
 
 
@@ -210,7 +217,7 @@ def _pin(core):
 
 def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env=None, args=(),
            cluster=None, tasks=None, on_output=None, echo=True, python=None, rscript="Rscript",
-           cwd=None, pin_cpus=False, grace=5.0):
+           cwd=None, pin_cpus=False, grace=5.0, show_all=False):
     """Run ``target`` as a local cluster; returns a :class:`LaunchResult` or raises.
 
     Args:
@@ -228,6 +235,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             package passes an R function here); ``echo`` also prints it to stdout.
         pin_cpus: pin task i to core ``i % ncores`` with one TensorFlow thread each (benchmarks).
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
+        show_all: also stream TensorFlow's C++ start-up INFO lines (always kept in ``output``).
 
     Raises:
         LaunchError: a task exited non-zero (``.results`` has every task's outcome).
@@ -294,7 +302,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         for raw in iter(task.proc.stdout.readline, b""):
             line = raw.decode(errors="replace").rstrip("\n")
             task.lines.append(line)
-            lines.put(f"[{task.name}] {line}")
+            if show_all or not _NOISE.match(line):
+                lines.put(f"[{task.name}] {line}")
         task.proc.stdout.close()
 
     def drain():
@@ -371,20 +380,17 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         for t in started:
             t.reader.join(timeout=grace)
         drain()
+        out = results()
+        if is_function:
+            for res, task in zip(out, started):
+                if task.result_path and os.path.exists(task.result_path):
+                    with open(task.result_path, "rb") as f:
+                        res.value = pickle.load(f)
     except BaseException:
         _kill_tree([t.proc for t in started if t.proc is not None and t.proc.poll() is None], grace)
         raise
-    out = results()
-    if is_function:
-        import pickle
-
-        for res, task in zip(out, started):
-            if task.result_path and os.path.exists(task.result_path):
-                with open(task.result_path, "rb") as f:
-                    res.value = pickle.load(f)
-    import shutil
-
-    shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)
 
 
@@ -407,8 +413,6 @@ def run_server(config=None) -> None:
 
 def _call(call_path: str, result_path: str) -> None:
     """Child side of a function target: unpickle, call, pickle the return value."""
-    import pickle
-
     import cloudpickle
 
     with open(call_path, "rb") as f:

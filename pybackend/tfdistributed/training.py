@@ -11,7 +11,9 @@ same for every strategy.
 
 from __future__ import annotations
 
-from . import compat
+import os
+
+from . import checkpoints, compat
 from ._args import as_int
 from .cluster import is_chief
 from .data import check_sharding, make_dataset, with_shard_policy
@@ -111,21 +113,31 @@ def _verbose(verbose):
 
 def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, validation_data=None,
         callbacks=None, shard_policy=None, steps_per_epoch=None, shuffle=True, seed=None,
-        sample_weight=None, verbose="auto", check_shards=True, **fit_kwargs):
+        sample_weight=None, verbose="auto", check_shards=True, backup_dir=None, **fit_kwargs):
     """Train ``model`` under ``strategy`` (default: the strategy it was built under).
 
     ``x``/``y`` are arrays or ``x`` is a ``tf.data.Dataset`` yielding ``(inputs, targets)``
     batches of the *global* batch size. ``batch_size`` (arrays only) is global too and must divide
     over the replicas. ``shard_policy`` sets how a multi-worker job splits the data ("data" for
     arrays). Multi-worker datasets are checked with :func:`check_sharding` first (turn off with
-    ``check_shards=False``). Non-chief workers print nothing when ``verbose="auto"``. Returns the
-    Keras ``History``. Extra keyword arguments go to ``model.fit``.
+    ``check_shards=False``). Non-chief workers print nothing when ``verbose="auto"``.
+
+    File-writing callbacks (``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard``,
+    ``CSVLogger``) are made multi-worker safe (:func:`tfdistributed.checkpoints.safe_callbacks`):
+    only the chief writes to their paths. ``backup_dir`` adds a
+    :class:`~tfdistributed.checkpoints.BackupAndRestore`: when a job is restarted after a
+    failure, training resumes from the last completed epoch. Returns the Keras ``History``.
+    Extra keyword arguments go to ``model.fit``.
     """
     compat.apply()
     strategy = _check_model(model, strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
     batch_size = _check_batch(batch_size, strategy)
+    callbacks = list(callbacks or [])
+    if backup_dir is not None:
+        callbacks.insert(0, checkpoints.BackupAndRestore(os.fspath(backup_dir)))
+    callbacks = checkpoints.safe_callbacks(callbacks)
     if strategy_kind(strategy) == "parameter_server":
         from . import ps
 

@@ -1,7 +1,10 @@
 """One worker of a multi-worker job on the digits data (run by tfdistributed.launch).
 
 usage: mwms_digits.py OUTDIR [--epochs N] [--source arrays|tfds] [--data-dir D] [--policy P]
+                      [--save MODEL.keras] [--backup DIR [--kill-at EPOCH]]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history and test metrics).
+--kill-at E: worker 1 SIGKILLs itself when epoch E (0-based) begins, once the chief's backup
+of the previous epoch is on disk (a machine failure at a known point).
 """
 
 import argparse
@@ -17,6 +20,9 @@ parser.add_argument("--source", default="arrays")
 parser.add_argument("--data-dir")
 parser.add_argument("--policy")
 parser.add_argument("--batch", type=int, default=64)
+parser.add_argument("--save")
+parser.add_argument("--backup")
+parser.add_argument("--kill-at", type=int)
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
@@ -32,6 +38,26 @@ with strategy.scope():
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
 
+callbacks = []
+if ns.kill_at is not None:
+    import signal
+    import time
+
+    class KillWorkerOne(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch != ns.kill_at or tfd.read_tf_config()["task"]["index"] != 1:
+                return
+            metadata = os.path.join(ns.backup, "training_metadata.json")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if os.path.exists(metadata) and json.load(open(metadata))["epoch"] >= epoch:
+                    break
+                time.sleep(0.1)
+            print(f"killing myself at the start of epoch {epoch + 1}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    callbacks.append(KillWorkerOne())
+
 if ns.source == "tfds":
     def scale(image, label):
         return keras.ops.cast(image, "float32") / 255.0, label
@@ -41,14 +67,18 @@ if ns.source == "tfds":
     history = tfd.fit(model, train, epochs=ns.epochs, verbose=2)
 else:
     (x, y), (xt, yt) = tfd.digits_arrays()
-    history = tfd.fit(model, x, y, epochs=ns.epochs, batch_size=ns.batch, shuffle=False, verbose=2)
+    history = tfd.fit(model, x, y, epochs=ns.epochs, batch_size=ns.batch, shuffle=False, verbose=2,
+                      backup_dir=ns.backup, callbacks=callbacks)
 (_, _), (xt, yt) = tfd.digits_arrays()
 metrics = tfd.evaluate(model, xt, yt, batch_size=ns.batch, verbose=0)
 
+if ns.save:
+    tfd.checkpoints.save_model(model, ns.save)
 info = tfd.strategy_info(strategy)
 name = f"{info['task_type']}-{info['task_index']}"
 np.savez(os.path.join(ns.outdir, name + ".npz"), *[w.numpy() if hasattr(w, "numpy") else np.asarray(w)
                                                    for w in model.get_weights()])
 with open(os.path.join(ns.outdir, name + ".json"), "w") as f:
-    json.dump({"history": history.history, "metrics": metrics, "info": info}, f)
+    json.dump({"history": history.history, "epochs": history.epoch, "metrics": metrics,
+               "info": info}, f)
 print(f"done: {metrics}", flush=True)

@@ -1,0 +1,195 @@
+"""Saving that is safe with many workers: only the chief writes where you asked.
+
+In multi-worker training every worker must take part in a save (reading a distributed variable
+may need the other workers), but if they all write to one path they race and corrupt it.
+TensorFlow's answer, used here for Keras 3 too: the chief writes to the real path, every other
+worker writes the same thing to a temporary path of its own (``<dir>/.workertemp_<type>_<index>/``)
+that is deleted afterwards.
+
+- :func:`write_path` gives this process's path for a save; :func:`remove_worker_temp` cleans up.
+- :func:`save_model` / :func:`load_model` / :func:`export_saved_model` wrap Keras saving with it.
+- :class:`BackupAndRestore`: Keras' fault-tolerance callback, made multi-worker safe: every
+  worker *restores* from the chief's backup (``backup_dir`` must be on storage all workers
+  share), only the chief writes it.
+- :func:`safe_callbacks`: what :func:`tfdistributed.fit` applies to the callbacks it is given, so
+  ``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard`` and ``CSVLogger`` of non-chief
+  workers write to temporary paths that are removed when training ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+
+from .cluster import is_chief, read_tf_config
+
+
+def _task_suffix(config) -> str:
+    task = config["task"]
+    return f".workertemp_{task['type']}_{task['index']}"
+
+
+def write_path(path, config=None) -> str:
+    """Where this process should write a save meant for ``path`` (``path`` itself on the chief)."""
+    path = os.fspath(path)
+    config = read_tf_config() if config is None else config
+    if not config or is_chief(config):
+        return path
+    parent, name = os.path.split(os.path.normpath(path))
+    return os.path.join(parent, _task_suffix(config), name)
+
+
+def remove_worker_temp(path, config=None) -> None:
+    """Delete this worker's temporary copy of a save meant for ``path`` (no-op on the chief)."""
+    config = read_tf_config() if config is None else config
+    if not config or is_chief(config):
+        return
+    temp = os.path.dirname(write_path(path, config))
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def save_model(model, path, *, overwrite=True) -> str:
+    """Save ``model`` (``.keras`` or ``.weights.h5``) from every worker, chief to ``path``.
+
+    Call it on every worker. Returns the path this process wrote (and, off the chief, removed).
+    """
+    path = os.fspath(path)
+    target = write_path(path)
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    if path.endswith(".weights.h5"):
+        model.save_weights(target, overwrite=overwrite)
+    else:
+        model.save(target, overwrite=overwrite)
+    remove_worker_temp(path)
+    return target
+
+
+def export_saved_model(model, path) -> str:
+    """Export a TensorFlow SavedModel for serving (``model.export``), chief to ``path``."""
+    path = os.fspath(path)
+    target = write_path(path)
+    model.export(target, format="tf_saved_model", verbose=False)
+    remove_worker_temp(path)
+    return target
+
+
+def load_model(path, strategy=None, *, compile=True):
+    """Load a ``.keras`` model, under ``strategy``'s scope when given (to train it further)."""
+    import keras
+
+    path = os.fspath(path)
+    if strategy is None:
+        return keras.models.load_model(path, compile=compile)
+    with strategy.scope():
+        return keras.models.load_model(path, compile=compile)
+
+
+@functools.lru_cache(maxsize=None)
+def _backup_and_restore_class():
+    import keras
+
+    class BackupAndRestore(keras.callbacks.BackupAndRestore):
+        """``keras.callbacks.BackupAndRestore`` that is safe with many workers.
+
+        Every worker restores from ``backup_dir`` (shared storage in a real cluster) so they all
+        resume at the same epoch with the same weights; only the chief writes there, the others
+        write to a temporary directory that is removed when training ends.
+        """
+
+        def __init__(self, backup_dir, **kwargs):
+            super().__init__(backup_dir, **kwargs)
+            _localize_backup(self)
+
+    return BackupAndRestore
+
+
+def _paths(callback) -> dict:
+    return {k: getattr(callback, k) for k in ("backup_dir", "_weights_path",
+                                              "_training_metadata_path", "_prev_weights_path",
+                                              "_prev_training_metadata_path")}
+
+
+def _localize_backup(callback) -> None:
+    """Make a Keras BackupAndRestore read the chief's backup and write its own temporary one."""
+    config = read_tf_config()
+    if not config or is_chief(config) or getattr(callback, "_tfd_read_paths", None):
+        return
+    callback._tfd_read_paths = _paths(callback)
+    original = callback.backup_dir
+    temp = write_path(original, config)
+    for key, value in callback._tfd_read_paths.items():
+        setattr(callback, key, temp + value[len(original):])
+    callback._tfd_temp = os.path.dirname(temp)
+    on_train_begin, on_train_end = callback.on_train_begin, callback.on_train_end
+
+    def restore_from_chief(logs=None):
+        written = _paths(callback)
+        for key, value in callback._tfd_read_paths.items():
+            setattr(callback, key, value)
+        try:
+            on_train_begin(logs)
+        finally:
+            for key, value in written.items():
+                setattr(callback, key, value)
+
+    def clean_up(logs=None):
+        on_train_end(logs)
+        shutil.rmtree(callback._tfd_temp, ignore_errors=True)
+
+    callback.on_train_begin = restore_from_chief
+    callback.on_train_end = clean_up
+
+
+def _remove_worker_temp_callback(directories):
+    """A callback that deletes this worker's temporary save directories when training ends."""
+    import keras
+
+    class RemoveWorkerTemp(keras.callbacks.Callback):
+        def on_train_end(self, logs=None):
+            for directory in directories:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    return RemoveWorkerTemp()
+
+
+def safe_callbacks(callbacks):
+    """``callbacks`` with every file-writing Keras callback made multi-worker safe (in place).
+
+    On the chief (and outside multi-worker jobs) nothing changes. On other workers,
+    ``ModelCheckpoint``, ``TensorBoard`` and ``CSVLogger`` write to this worker's temporary
+    directory, removed at the end of training; ``BackupAndRestore`` restores from the chief's
+    backup and writes its own temporary one.
+    """
+    import keras
+
+    callbacks = list(callbacks or [])
+    config = read_tf_config()
+    if not config or is_chief(config):
+        return callbacks
+    temps = []
+
+    def relocate(path):
+        target = write_path(path, config)
+        temps.append(os.path.dirname(target))
+        return target
+
+    for cb in callbacks:
+        if isinstance(cb, keras.callbacks.BackupAndRestore):
+            _localize_backup(cb)
+        elif isinstance(cb, keras.callbacks.ModelCheckpoint):
+            cb.filepath = relocate(cb.filepath)
+        elif isinstance(cb, keras.callbacks.TensorBoard):
+            cb.log_dir = relocate(cb.log_dir)
+        elif isinstance(cb, keras.callbacks.CSVLogger):
+            cb.filename = relocate(cb.filename)
+    if temps:
+        callbacks.append(_remove_worker_temp_callback(sorted(set(temps))))
+    return callbacks
+
+
+def __getattr__(name):
+    # The callback class subclasses Keras, which is imported only when the class is asked for.
+    if name == "BackupAndRestore":
+        return _backup_and_restore_class()
+    raise AttributeError(name)
