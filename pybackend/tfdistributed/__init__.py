@@ -12,7 +12,7 @@ TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG a
 devices can still be set up after it.
 """
 
-from . import checkpoints
+from . import checkpoints, loops
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_chief,
                       local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
@@ -28,7 +28,7 @@ from .training import evaluate, fit
 __version__ = "0.1.0"
 
 __all__ = [
-    "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES", "checkpoints",
+    "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES", "checkpoints", "loops",
     "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
     "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",

@@ -334,11 +334,20 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             task.reader = threading.Thread(target=reader, args=(task,), daemon=True)
             task.reader.start()
         primaries = [t for t in started if not t.server]
+        lost: list[_Task] = []
         while True:
             drain()
-            failed = [t for t in started if t.proc.poll() not in (None, 0)]
+            # In parameter-server training the coordinator re-runs a lost worker's steps on the
+            # other workers, so only the chief and the ps tasks are vital.
+            vital = [t for t in started if not (ps_mode and t.task_type == "worker")]
+            for t in started:
+                if t not in vital and t.proc.poll() is not None and t not in lost:
+                    lost.append(t)
+                    lines.put(f"[launch] {t.name} exited ({t.proc.returncode}); the chief "
+                              f"continues with the other workers")
+            failed = [t for t in vital if t.proc.poll() not in (None, 0)]
             # A server exiting, even with 0, means the cluster lost a task.
-            failed += [t for t in started if t.server and t.proc.poll() == 0]
+            failed += [t for t in vital if t.server and t.proc.poll() == 0]
             if failed:
                 task = failed[0]
                 time.sleep(0.2)

@@ -22,12 +22,17 @@ How the pieces map onto Keras:
   replicas in sync, i.e. ``tf.nn.compute_average_loss`` over the global batch.
 - **Metrics.** The model's own metric objects (the compiled loss tracker and metrics) are built
   under the strategy scope, so their variables live on the ps tasks and every worker's step
-  updates the same totals; they are read on the chief at the end of each epoch.
+  updates the same totals; they are read on the chief at the end of each epoch. Keras 3's
+  ``assign_add`` is read-then-write, which loses updates when workers race; it is made atomic
+  for the TensorFlow backend (:func:`_atomic_variable_updates`).
 - **Callbacks** run on the chief at epoch boundaries only (steps are asynchronous, so there is no
-  meaningful per-batch state): ``History`` (returned, as from Keras ``fit``), the progress line,
-  ``EarlyStopping``, ``ModelCheckpoint``/``BackupAndRestore`` and custom callbacks.
-  ``checkpoint_dir=`` additionally writes a ``tf.train.Checkpoint`` of model and optimizer after
-  every epoch and resumes from the latest one.
+  meaningful per-batch state): ``History`` (returned, as from Keras ``fit``), the progress line
+  (one line per epoch), ``ModelCheckpoint``, ``EarlyStopping`` and custom callbacks;
+  batch-level hooks are not called. ``checkpoint_dir=`` additionally writes a
+  ``tf.train.Checkpoint`` of model and optimizer after every epoch and resumes from the latest.
+- **Partitioned variables** (:func:`partitioner`) are split over the ps tasks; Keras 3's
+  ``train_step`` cannot differentiate them, so such models train with an equivalent step that
+  takes gradients per shard (:func:`_step_fn`).
 - **Evaluation and prediction** run *inline on the chief*: the chief calls the model directly
   (its variables are read from the ps tasks) over the whole dataset in order, so results are
   exact and reproducible (``model.predict`` itself fails under this strategy).
@@ -53,18 +58,26 @@ def coordinator(strategy):
 
 
 def partitioner(kind="min_size", *, num_shards=None, min_shard_bytes=256 << 10,
-                max_shard_bytes=None, max_shards=1):
+                max_shard_bytes=None, max_shards=None):
     """A variable partitioner for ``make_strategy("parameter_server", variable_partitioner=...)``.
 
     Large variables (embeddings) are then split along their first axis over the ps tasks:
 
-    - ``"min_size"``: shards of at least ``min_shard_bytes`` each, at most ``max_shards``
-      (use the number of ps tasks).
+    - ``"min_size"``: shards of at least ``min_shard_bytes`` each, at most ``max_shards``.
     - ``"max_size"``: shards of at most ``max_shard_bytes`` each, at most ``max_shards``.
     - ``"fixed"``: exactly ``num_shards`` shards (fewer if the first axis is shorter).
+
+    For ``"min_size"``, ``max_shards`` defaults to the number of ps tasks in TF_CONFIG (1
+    without TF_CONFIG): more shards than ps tasks only add traffic. ``"max_size"`` has no cap
+    unless given one.
     """
     import tensorflow as tf
 
+    from .cluster import read_tf_config
+
+    if max_shards is None and str(kind).lower() == "min_size":
+        config = read_tf_config()
+        max_shards = max(1, len(config["cluster"].get("ps", []))) if config else 1
     partitioners = tf.distribute.experimental.partitioners
     kind = as_str(kind, "kind").lower()
     if kind == "min_size":
@@ -139,18 +152,24 @@ def _train_source(x, y, sample_weight, *, strategy, batch_size, shuffle, seed):
             raise ArgumentTypeError(
                 "fit(): a tf.data.Dataset already holds targets and batches; pass `y`, "
                 "`sample_weight` and `batch_size` only with arrays.")
-        dataset = x
+        from tensorflow.python.distribute.coordinator import values
+
         workers = _num_workers(strategy)
-        if 0 <= int(dataset.cardinality()) < workers:
+        if 0 <= int(x.cardinality()) < workers:
             raise ShardingError(
-                f"fit(): the dataset has {int(dataset.cardinality())} batches, fewer than the "
+                f"fit(): the dataset has {int(x.cardinality())} batches, fewer than the "
                 f"{workers} workers, so some worker would get none. Use a smaller batch size or "
                 f"more data.")
+        # A dataset lives in the chief's memory and cannot be captured by a function that runs
+        # on a worker; its graph can, and each worker rebuilds the dataset from it (what
+        # ClusterCoordinator does for a dataset, plus this worker's shard).
+        graph, spec = values.serialize_dataset_to_graph(x), x.element_spec
 
         def dataset_fn(context):
+            dataset = values.deserialize_dataset_from_graph(graph, spec)
             return dataset.shard(context.num_input_pipelines, context.input_pipeline_id).repeat()
 
-        return dataset_fn, dataset.element_spec, None
+        return dataset_fn, spec, None
     if x is None:
         raise ArgumentTypeError("fit() needs data: arrays `x` and `y`, a tf.data.Dataset, or a "
                                 "function input_context -> tf.data.Dataset.")
@@ -442,8 +461,10 @@ def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validatio
         callbacks, add_history=True, add_progbar=verbose != 0, verbose=verbose, epochs=epochs,
         steps=steps, model=model)
     cluster = coordinator(strategy)
+    history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
     model.stop_training = False
     callbacks.on_train_begin()
+    # Where BackupAndRestore says to resume, as Keras fit does.
     initial_epoch = getattr(model, "_initial_epoch", None) or initial_epoch
     logs = None
     for epoch in range(initial_epoch, epochs):
@@ -461,7 +482,7 @@ def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validatio
         if model.stop_training:
             break
     callbacks.on_train_end(logs=logs)
-    return model.history
+    return history
 
 
 def evaluate(model, x=None, y=None, *, strategy, batch_size=None, steps=None, verbose="auto",
@@ -473,14 +494,16 @@ def evaluate(model, x=None, y=None, *, strategy, batch_size=None, steps=None, ve
     """
     del verbose  # one synchronous pass on the chief: nothing to report along the way
     dataset = _batches(x, y, sample_weight, batch_size, what="evaluate")
-    _atomic_variable_updates()
     _build(model, strategy, dataset.element_spec)
     return _inline_evaluator(model)(dataset, steps)
 
 
 def predict(model, x, batch_size=None):
-    """``model``'s outputs for ``x`` as NumPy, computed on the chief (``model.predict`` fails
-    under ParameterServerStrategy)."""
+    """``model``'s outputs for ``x`` (arrays, or a dataset of batches) as NumPy.
+
+    Computed on the chief by calling the model directly: ``model.predict`` fails under
+    ParameterServerStrategy.
+    """
     import keras
     import numpy as np
     import tensorflow as tf

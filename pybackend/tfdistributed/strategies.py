@@ -291,7 +291,9 @@ def strategy_info(strategy) -> dict:
         spec = resolver.cluster_spec().as_dict()
         info["num_workers"] = max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
     elif kind == "parameter_server":
-        spec = strategy.cluster_resolver.cluster_spec().as_dict()
+        # ParameterServerStrategy keeps its resolver on itself: the public
+        # `strategy.cluster_resolver` (which asks `extended`) is None.
+        spec = strategy._cluster_resolver.cluster_spec().as_dict()
         info["num_workers"] = len(spec.get("worker", []))
         info["num_ps"] = len(spec.get("ps", []))
         info["task_type"] = "chief"

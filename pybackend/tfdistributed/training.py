@@ -144,7 +144,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         return ps.fit(model, x, y, strategy=strategy, epochs=epochs, batch_size=batch_size,
                       validation_data=validation_data, callbacks=callbacks,
                       steps_per_epoch=steps_per_epoch, shuffle=shuffle, seed=seed,
-                      verbose=_verbose(verbose), **fit_kwargs)
+                      sample_weight=sample_weight, verbose=_verbose(verbose), **fit_kwargs)
     kwargs = dict(strategy=strategy, batch_size=batch_size, shard_policy=shard_policy, seed=seed,
                   check_shards=check_shards, what="fit")
     dataset = _as_dataset(x, y, sample_weight, shuffle=shuffle, **kwargs)
@@ -172,7 +172,7 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
         from . import ps
 
         return ps.evaluate(model, x, y, strategy=strategy, batch_size=batch_size, steps=steps,
-                           verbose=_verbose(verbose))
+                           sample_weight=sample_weight, verbose=_verbose(verbose))
     dataset = _as_dataset(x, y, sample_weight, strategy=strategy, batch_size=batch_size,
                           shard_policy=shard_policy, shuffle=False, seed=None,
                           check_shards=check_shards, what="evaluate")

@@ -70,9 +70,11 @@ def worker_killed(tmp_path_factory):
     try:
         result = _run_chief(outdir, "kill", victim.pid, cluster=cluster,
                             tasks=[("chief", 0), ("worker", 0), ("ps", 0)])
-    finally:
-        victim.kill()
         code = victim.wait(timeout=30)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait(timeout=30)
     return result, code
 
 
@@ -152,6 +154,17 @@ def test_partitioner_splits_embedding_over_two_ps(partitioned):
 
 
 @pytest.mark.cluster
+def test_fit_from_dataset_and_dataset_function(partitioned):
+    # The dataset-function run asked for 5 epochs; EarlyStopping ended it after 2.
+    assert len(partitioned["dataset_loss"]) == 4 and len(partitioned["dataset_fn_loss"]) == 2
+    assert partitioned["dataset_loss"][-1] < partitioned["dataset_loss"][0]
+    assert partitioned["dataset_fn_loss"][-1] < partitioned["dataset_loss"][0]
+    assert partitioned["dataset_evaluate"]["accuracy"] >= 0.9
+    assert partitioned["dataset_predict_accuracy"] == pytest.approx(
+        partitioned["dataset_evaluate"]["accuracy"])
+
+
+@pytest.mark.cluster
 def test_training_survives_a_killed_worker(worker_killed):
     result, victim_code = worker_killed
     assert victim_code == -9
@@ -167,16 +180,26 @@ def test_no_process_left_behind(trained, partitioned, worker_killed):
     assert _leftovers() == []
 
 
-def test_partitioner_kinds():
+def test_partitioner_kinds(monkeypatch):
     import tensorflow as tf
 
     partitioners = tf.distribute.experimental.partitioners
-    assert isinstance(ps.partitioner("min_size", max_shards=2), partitioners.MinSizePartitioner)
+    shape = tf.TensorShape([100000, 4])
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert ps.partitioner("min_size")(shape, tf.float32) == [1, 1]
+    tfd.set_tf_config(cluster=tfd.cluster_spec(["127.0.0.1:1"], ps=["127.0.0.1:2", "127.0.0.1:3"],
+                                               chief="127.0.0.1:4"), task_type="chief")
+    try:
+        assert isinstance(ps.partitioner(), partitioners.MinSizePartitioner)
+        assert ps.partitioner("min_size")(shape, tf.float32) == [2, 1]
+    finally:
+        tfd.clear_tf_config()
     assert isinstance(ps.partitioner("max_size", max_shard_bytes=1 << 20),
                       partitioners.MaxSizePartitioner)
     fixed = ps.partitioner("fixed", num_shards=2)
     assert isinstance(fixed, partitioners.FixedShardsPartitioner)
     assert fixed(tf.TensorShape([10, 4]), tf.float32) == [2, 1]
+    assert ps.partitioner("max_size", max_shard_bytes=100 << 10)(shape, tf.float32)[0] == 16
     with pytest.raises(ArgumentTypeError, match="min_size, max_size, fixed"):
         ps.partitioner("round_robin")
     with pytest.raises(ArgumentTypeError, match="num_shards"):
