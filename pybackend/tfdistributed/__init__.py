@@ -23,7 +23,7 @@ from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchT
 from .launch import LaunchResult, TaskResult, launch, run_server
 from .strategies import (STRATEGY_NAMES, canonical_name, configure_cpu_devices, make_strategy,
                          strategy_info, strategy_kind)
-from .training import evaluate, fit
+from .training import evaluate, fit, predict
 
 __version__ = "0.1.0"
 
@@ -34,7 +34,7 @@ __all__ = [
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size", "is_chief",
-    "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers",
+    "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
     "write_digits_tfds",

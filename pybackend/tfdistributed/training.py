@@ -180,3 +180,23 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
         result = model.evaluate(dataset, steps=steps, verbose=_verbose(verbose),
                                 return_dict=True, **eval_kwargs)
     return {k: float(v) for k, v in result.items()}
+
+
+def predict(model, x, *, strategy=None, batch_size=None, verbose=0):
+    """The model's outputs for ``x`` (arrays or a dataset of batches) as NumPy, under any strategy.
+
+    Under parameter-server strategies ``model.predict`` fails, so the chief calls the model
+    directly (:func:`tfdistributed.ps.predict`).
+    """
+    import tensorflow as tf
+
+    strategy = _check_model(model, strategy, "predict")
+    batch_size = as_int(batch_size, "batch_size", minimum=1, allow_none=True)
+    if strategy_kind(strategy) == "parameter_server":
+        from . import ps
+
+        return ps.predict(model, x, batch_size=batch_size)
+    if not isinstance(x, tf.data.Dataset):
+        x = make_dataset(x, batch_size=batch_size or DEFAULT_BATCH_SIZE)
+    with strategy.scope():
+        return model.predict(x, verbose=verbose)

@@ -123,3 +123,34 @@ def test_dataset_with_y_or_batch_size(digits):
         tfd.fit(model, ds, batch_size=64)
     with pytest.raises(tfd.ArgumentTypeError, match="Keras model"):
         tfd.fit("model", ds)
+
+
+def test_predict_under_a_strategy(digits):
+    _, (xt, yt) = digits
+    model = build_digits_model(tfd.make_strategy("mirrored"))
+    out = tfd.predict(model, xt[:100], batch_size=32)
+    assert out.shape == (100, 10)
+    np.testing.assert_allclose(out, model(xt[:100]).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_model_saved_under_mirrored_loads_with_and_without_a_strategy(digits, tmp_path):
+    import tensorflow as tf
+
+    (x, y), (xt, yt) = digits
+    strategy = tfd.make_strategy("mirrored")
+    model = build_digits_model(strategy)
+    tfd.fit(model, x, y, epochs=2, batch_size=64, verbose=0)
+    expected = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
+    path = tfd.checkpoints.save_model(model, tmp_path / "digits.keras")
+
+    plain = tfd.checkpoints.load_model(path)
+    assert tfd.strategy_kind(plain.distribute_strategy) == "default"
+    assert tfd.evaluate(plain, xt, yt, batch_size=64, verbose=0) == pytest.approx(expected, rel=1e-5)
+
+    again = tfd.checkpoints.load_model(path, strategy=tfd.make_strategy("mirrored"))
+    assert tfd.evaluate(again, xt, yt, batch_size=64, verbose=0) == pytest.approx(expected, rel=1e-5)
+    tfd.fit(again, x, y, epochs=1, batch_size=64, verbose=0)  # and it trains on
+
+    exported = tfd.checkpoints.export_saved_model(model, tmp_path / "serving")
+    served = tf.saved_model.load(exported)
+    np.testing.assert_allclose(served.serve(xt[:8]).numpy(), model(xt[:8]).numpy(), rtol=1e-5, atol=1e-5)
