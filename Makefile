@@ -20,8 +20,8 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 docs: setup
-	$(PY) -m tfdistributed.demo --help >/dev/null
-	Rscript scripts/render_vignettes.R vignettes docs
+	@for f in vignettes/*.Rmd; do echo "rendering $$f"; Rscript scripts/render_vignette.R $$f docs || exit 1; done
+	@echo "tutorials: $(ROOT)/docs/*.html"
 
 bench: setup
 	$(PY) bench/run.py

@@ -82,6 +82,13 @@ def _reads_files(dataset) -> bool:
     return any(op.startswith(_READER_OPS) for op in ops)
 
 
+def _has_memory_cache(dataset) -> bool:
+    from tensorflow.core.framework import graph_pb2
+
+    graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    return any(node.op.startswith("CacheDataset") for node in graph.node)
+
+
 def _shard_failure(dataset, num_shards):
     """TensorFlow's error for the first worker whose shard cannot be built, or None.
 
@@ -132,6 +139,12 @@ def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
             f"with_shard_policy(ds, 'data'); R: dataset_shard_policy(ds, \"data\")), or write "
             f"the data as at least {num_shards} files."
             + (f" (TensorFlow: {_tf_message(error)})" if error is not None else ""))
+    if _has_memory_cache(dataset):
+        raise ShardingError(
+            f"Worker {index} of {num_shards} would get no data with the shard policy {checked!r}. "
+            f"Note: this dataset caches in memory (.cache()), and TensorFlow keeps a cache whose "
+            f"first pass failed empty: if an earlier attempt on this same dataset failed, create "
+            f"the dataset again (with the shard policy 'data') instead of reusing it.")
     raise ShardingError(
         f"Worker {index} of {num_shards} would get no data with the shard policy {checked!r}: the "
         f"dataset has fewer elements (batches) than there are workers. Use more data or a smaller "
@@ -198,10 +211,16 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
     several processes downloading into one directory race. Prepare the data once beforehand
     (``tfds.builder(name).download_and_prepare()``), or pass ``download=True`` on one machine.
     ``shard_policy`` sets the auto-shard policy of the returned dataset.
+
+    tensorflow-datasets caches small datasets in memory by itself; unless you pass a
+    ``read_config``, that is turned off here: an in-memory cache whose first pass fails (as a
+    failed auto-shard does) stays empty for good, so the dataset could not be reused after
+    :func:`check_sharding` reported the problem. Add ``.cache()`` yourself after sharding.
     """
     import tensorflow_datasets as tfds
 
     name = as_str(name, "name")
+    kwargs.setdefault("read_config", tfds.ReadConfig(try_autocache=False))
     try:
         dataset = tfds.load(name, split=split, data_dir=data_dir, as_supervised=as_supervised,
                             download=download, **kwargs)

@@ -38,9 +38,11 @@ from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTi
 
 DEFAULT_TIMEOUT = 900.0
 # TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
-# TF_CPP_MIN_LOG_LEVEL cannot silence them): kept in each task's output, not streamed.
+# TF_CPP_MIN_LOG_LEVEL cannot silence them), and its complaint that a machine without a GPU has
+# no CUDA driver: kept in each task's output, not streamed nor quoted in errors.
 _NOISE = re.compile(r"^(I\d{4} [\d:.]+\s+\d+ \S+:\d+\] |WARNING: All log messages "
-                    r"before absl::InitializeLog\(\) is called)")
+                    r"before absl::InitializeLog\(\) is called|E\d{4} [\d:.]+\s+\d+ "
+                    r"cuda_platform\.cc:\d+\] failed call to cuInit)")
 _TAIL = 40
 
 
@@ -357,7 +359,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
                 drain()
                 code = task.proc.returncode
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                tail = "\n".join(task.lines[-_TAIL:])
+                tail = "\n".join([ln for ln in task.lines if not _NOISE.match(ln)][-_TAIL:])
                 raise LaunchError(
                     f"Task {task.name} {how}; every other task was stopped. Its last output:\n{tail}",
                     results())

@@ -56,6 +56,11 @@ def make_train_step(model, loss, optimizer, strategy, global_batch_size):
 
     global_batch_size = as_int(global_batch_size, "global_batch_size", minimum=1)
     per_example = _per_example_loss_fn(loss)
+    # Slot variables (Adam's moments...) must exist before tracing: created lazily inside the
+    # replicated step, they would be created per replica inside a conditional and fail.
+    if not getattr(optimizer, "built", True):
+        with strategy.scope():
+            optimizer.build(model.trainable_variables)
 
     def replica_step(x, y):
         with tf.GradientTape() as tape:

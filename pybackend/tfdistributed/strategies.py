@@ -133,6 +133,12 @@ def _mirrored(devices=None, cross_device_ops=None, **_):
     import tensorflow as tf
 
     devices = _device_list(devices, "mirrored") or _local_compute_devices()
+    if cross_device_ops is None and all("GPU" not in d.upper() for d in devices):
+        # TF 2.21 picks CollectiveAllReduce for CPU devices, and every new MirroredStrategy
+        # restarts its collective keys at 100: a second strategy in the same process (a
+        # re-run notebook chunk) then fails with "Shape mismatch in the collective instance".
+        # Reducing on one device has no shared keys, and on one CPU it costs nothing extra.
+        cross_device_ops = tf.distribute.ReductionToOneDevice()
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 

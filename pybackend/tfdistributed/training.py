@@ -47,7 +47,7 @@ def _check_model(model, strategy, what: str):
             f"The model was built {where}, but {what}() was asked to use the {kind!r} strategy. "
             f"Build and compile the model inside the strategy's scope: Python `with "
             f"strategy.scope(): model = ...; model.compile(...)`, R `with(strategy$scope(), "
-            f"{{ model <- ...; model |> compile(...) }})`.")
+            f"{{ model <- ...; model$compile(...) }})`.")
     for variable in model.weights[:1]:
         value = getattr(variable, "value", variable)
         if kind != "default" and not strategy.extended.variable_created_in_scope(value):

@@ -115,3 +115,22 @@ def test_make_dataset_from_arrays():
         tfd.make_dataset(x, y[:3], batch_size=4)
     with pytest.raises(tfd.ArgumentTypeError, match="numeric array"):
         tfd.make_dataset(np.array([{"a": 1}], dtype=object), batch_size=1)
+
+
+def test_dataset_is_reusable_after_a_failed_check(digits_tfds_dir):
+    ds = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir)
+    with pytest.raises(ShardingError, match="'data'"):
+        tfd.check_sharding(ds, 2)
+    assert tfd.check_sharding(ds, 2, "data") == "data"
+    assert sum(1 for _ in ds) == 1347
+
+
+def test_poisoned_cache_is_explained():
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.range(10).cache()
+    for _ in ds:  # a completed first pass fills the cache
+        pass
+    ds = ds.filter(lambda x: x > 100).batch(2)  # and nothing survives the filter
+    with pytest.raises(ShardingError, match="caches in memory"):
+        tfd.check_sharding(ds, 2, "data")

@@ -7,7 +7,7 @@ import tfdistributed as tfd
 from tfdistributed import loops
 
 
-def _run(strategy_name, x, y, *, regularize=False, epochs=2):
+def _run(strategy_name, x, y, *, regularize=False, epochs=2, optimizer="sgd"):
     import keras
     import tensorflow as tf
 
@@ -18,7 +18,7 @@ def _run(strategy_name, x, y, *, regularize=False, epochs=2):
         model = keras.Sequential([keras.layers.Input((8, 8, 1)), keras.layers.Flatten(),
                                   keras.layers.Dense(32, activation="relu", kernel_regularizer=reg),
                                   keras.layers.Dense(10)])
-        optimizer = keras.optimizers.SGD(0.1)
+        optimizer = keras.optimizers.get({"class_name": optimizer, "config": {"learning_rate": 0.05}})
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64, drop_remainder=True)
     losses = loops.train_loop(model, dataset, strategy=strategy, global_batch_size=64,
                               epochs=epochs, optimizer=optimizer,
@@ -26,12 +26,12 @@ def _run(strategy_name, x, y, *, regularize=False, epochs=2):
     return losses, [np.asarray(w) for w in model.get_weights()]
 
 
-@pytest.mark.parametrize("regularize", [False, True])
-def test_two_replicas_match_one_device(digits, regularize):
+@pytest.mark.parametrize("regularize,optimizer", [(False, "sgd"), (True, "sgd"), (True, "adam")])
+def test_two_replicas_match_one_device(digits, regularize, optimizer):
     (x, y), _ = digits
     x, y = x[:640], y[:640]
-    one_losses, one_weights = _run("one_device", x, y, regularize=regularize)
-    two_losses, two_weights = _run("mirrored", x, y, regularize=regularize)
+    one_losses, one_weights = _run("one_device", x, y, regularize=regularize, optimizer=optimizer)
+    two_losses, two_weights = _run("mirrored", x, y, regularize=regularize, optimizer=optimizer)
     assert tfd.make_strategy("mirrored").num_replicas_in_sync == 2
     np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5)
     for a, b in zip(two_weights, one_weights):

@@ -133,3 +133,18 @@ def test_malformed_tf_config_stops_multi_worker(monkeypatch):
         tfd.make_strategy("multi_worker_mirrored")
     with pytest.raises(tfd.ClusterConfigError, match="out of range"):
         tfd.make_strategy("auto")
+
+
+def test_several_mirrored_strategies_in_one_process():
+    """A re-run notebook chunk creates a new strategy; models of other shapes must still train."""
+    import keras
+    import numpy as np
+
+    for n_in, n_out in [(3, 1), (2, 3), (5, 2)]:
+        strategy = tfd.make_strategy("mirrored")
+        with strategy.scope():
+            model = keras.Sequential([keras.layers.Input((n_in,)), keras.layers.Dense(n_out)])
+            model.compile(optimizer="sgd", loss="mse")
+        history = tfd.fit(model, np.ones((32, n_in), "float32"), np.ones((32, n_out), "float32"),
+                          batch_size=16, verbose=0)
+        assert np.isfinite(history.history["loss"][0])

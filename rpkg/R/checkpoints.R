@@ -1,0 +1,73 @@
+#' Save and load models safely under any strategy
+#'
+#' In a multi-worker job every worker must take part in a save, but only the
+#' chief may write where you asked: the others write to a temporary directory
+#' of their own that is deleted right after (TensorFlow's pattern, applied to
+#' Keras 3). Call `save_model_distributed()` on every worker; on a single
+#' process it is a plain save.
+#'
+#' `load_model_distributed()` loads a `.keras` file; with a `strategy` the
+#' model is re-created inside its scope so it can be trained further under
+#' it, without one it is a plain model that evaluates and predicts anywhere.
+#' `export_saved_model_distributed()` writes a TensorFlow SavedModel for
+#' serving (`tf$saved_model$load()`), chief only.
+#'
+#' @param model A Keras model.
+#' @param path A `.keras` file (whole model) or `.weights.h5` file (weights);
+#'   for `export_saved_model_distributed()`, a directory.
+#' @param overwrite Replace an existing file.
+#' @param strategy Strategy to load the model under, or `NULL`.
+#' @param compile Restore the compiled loss, metrics and optimizer.
+#' @return `save_model_distributed()` and `export_saved_model_distributed()`:
+#'   the path this process wrote, invisibly. `load_model_distributed()`: the model.
+#' @export
+#' @examples
+#' \dontrun{
+#' save_model_distributed(model, "digits.keras")
+#' plain <- load_model_distributed("digits.keras")
+#' evaluate_distributed(plain, digits$test$x, digits$test$y)
+#' }
+save_model_distributed <- function(model, path, overwrite = TRUE) {
+  check_model(model)
+  path <- as_string(path, "path")
+  invisible(with_backend(backend()$checkpoints$save_model(
+    model, path.expand(path), overwrite = as_flag(overwrite, "overwrite"))))
+}
+
+#' @rdname save_model_distributed
+#' @export
+load_model_distributed <- function(path, strategy = NULL, compile = TRUE) {
+  path <- as_string(path, "path")
+  if (!file.exists(path)) {
+    abort("Model file '", path, "' does not exist; save one with save_model_distributed().")
+  }
+  check_strategy(strategy, allow_null = TRUE)
+  with_backend(backend()$checkpoints$load_model(
+    path.expand(path), strategy = strategy, compile = as_flag(compile, "compile")))
+}
+
+#' @rdname save_model_distributed
+#' @export
+export_saved_model_distributed <- function(model, path) {
+  check_model(model)
+  path <- as_string(path, "path")
+  invisible(with_backend(backend()$checkpoints$export_saved_model(model, path.expand(path))))
+}
+
+#' Multi-worker-safe backup and restore of training
+#'
+#' Keras' `BackupAndRestore` callback made safe for many workers: every worker
+#' restores from `backup_dir` (storage they all share), only the chief writes
+#' it. When a job is started again after a failure, training resumes from the
+#' last completed epoch. `fit_distributed(..., backup_dir = dir)` adds one for
+#' you; file-writing Keras callbacks you pass to [fit_distributed()]
+#' (`ModelCheckpoint`, `TensorBoard`, `CSVLogger`, `BackupAndRestore`) are made
+#' chief-only automatically.
+#'
+#' @param backup_dir Directory for the backup; deleted when training completes.
+#' @return A Keras callback.
+#' @export
+backup_and_restore <- function(backup_dir) {
+  backup_dir <- as_string(backup_dir, "backup_dir")
+  with_backend(backend()$checkpoints$BackupAndRestore(path.expand(backup_dir)))
+}

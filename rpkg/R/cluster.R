@@ -1,0 +1,252 @@
+#' Describe a cluster: which tasks run where
+#'
+#' Builds and validates the `cluster` part of TF_CONFIG from `"host:port"`
+#' addresses. Every mistake (a missing port, the same address twice, ps tasks
+#' without a chief...) is an R error naming the field and the fix.
+#'
+#' @param workers Character vector of worker addresses (`"host:port"`).
+#' @param ps Character vector of parameter-server addresses, or `NULL`.
+#' @param chief Address of the chief, or `NULL`.
+#' @param evaluator Address of the evaluator, or `NULL`.
+#' @return A named list of character vectors (roles in TensorFlow's order), of
+#'   class `tfdistributed_cluster`.
+#' @seealso [local_cluster()] for free ports on this machine, [set_tf_config()].
+#' @export
+#' @examples
+#' \dontrun{
+#' tf_cluster(workers = c("10.0.0.1:2222", "10.0.0.2:2222"))
+#' }
+tf_cluster <- function(workers, ps = NULL, chief = NULL, evaluator = NULL) {
+  if (missing(workers)) {
+    abort("tf_cluster() needs `workers`: a character vector of \"host:port\" addresses, ",
+          "e.g. tf_cluster(workers = c(\"10.0.0.1:2222\", \"10.0.0.2:2222\")).")
+  }
+  check_addresses(workers, "workers", allow_null = !is.null(chief))
+  check_addresses(ps, "ps")
+  check_addresses(chief, "chief", single = TRUE)
+  check_addresses(evaluator, "evaluator", single = TRUE)
+  cluster <- with_backend(backend()$cluster_spec(py_list(workers), ps = py_list(ps),
+                                           chief = py_list(chief), evaluator = py_list(evaluator)))
+  as_tfdistributed_cluster(cluster)
+}
+
+check_addresses <- function(x, name, allow_null = TRUE, single = FALSE) {
+  if (is.null(x) && allow_null) {
+    return(invisible())
+  }
+  if (!is.character(x) || anyNA(x) || (single && length(x) != 1)) {
+    what <- if (single) "a single \"host:port\" string" else "a character vector of \"host:port\" strings"
+    abort("`", name, "` must be ", what, ", e.g. \"127.0.0.1:2222\"; got ", describe(x), ".")
+  }
+  invisible()
+}
+
+#' A cluster of tasks on this machine, on free ports
+#'
+#' Addresses are on 127.0.0.1 (TensorFlow's gRPC servers have no
+#' authentication, so local clusters never listen on other interfaces).
+#'
+#' @param workers Number of worker tasks.
+#' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
+#' @param chief Add a chief task.
+#' @return A `tfdistributed_cluster` (see [tf_cluster()]).
+#' @export
+#' @examples
+#' \dontrun{
+#' local_cluster(workers = 2)
+#' }
+local_cluster <- function(workers = 2, ps = 0, chief = FALSE) {
+  workers <- as_integer(workers, "workers", minimum = 0L)
+  ps <- as_integer(ps, "ps", minimum = 0L)
+  chief <- as_flag(chief, "chief")
+  as_tfdistributed_cluster(with_backend(backend()$local_cluster(workers, ps = ps, chief = chief)))
+}
+
+as_tfdistributed_cluster <- function(cluster) {
+  cluster <- lapply(cluster, as.character)
+  structure(cluster, class = "tfdistributed_cluster")
+}
+
+# R cluster list -> Python dict of lists (length-one roles must stay lists).
+cluster_to_py <- function(cluster) {
+  if (is_py(cluster)) {
+    return(cluster)
+  }
+  if (!is.list(cluster) || is.null(names(cluster)) || any(!nzchar(names(cluster)))) {
+    abort("`cluster` must be a named list of \"host:port\" vectors such as ",
+          "list(worker = c(\"127.0.0.1:2222\", \"127.0.0.1:2223\")) (see tf_cluster()), got ",
+          describe(cluster), ".")
+  }
+  reticulate::r_to_py(lapply(unclass(cluster), function(x) if (is.character(x)) as.list(x) else x))
+}
+
+#' @export
+print.tfdistributed_cluster <- function(x, ...) {
+  cat("<tfdistributed cluster>\n")
+  for (role in names(x)) {
+    cat(sprintf("  %-9s %s\n", paste0(role, ":"), paste(x[[role]], collapse = ", ")))
+  }
+  invisible(x)
+}
+
+#' TF_CONFIG for one task of a cluster
+#'
+#' The validated TF_CONFIG (as an R list) that tells the process running task
+#' `task_type` number `task_index` who is in the cluster. Does not change the
+#' environment: see [set_tf_config()].
+#'
+#' @param cluster A cluster from [tf_cluster()] or [local_cluster()].
+#' @param task_type `"worker"`, `"chief"`, `"ps"` or `"evaluator"`.
+#' @param task_index Index of the task within its role (from 0).
+#' @return A list with `cluster` and `task`, of class `tfdistributed_tf_config`.
+#'   `format()` gives the JSON text.
+#' @export
+#' @examples
+#' \dontrun{
+#' tf_task_config(local_cluster(2), "worker", 1)
+#' }
+tf_task_config <- function(cluster, task_type = "worker", task_index = 0) {
+  task_type <- as_string(task_type, "task_type")
+  task_index <- as_integer(task_index, "task_index", minimum = 0L)
+  config <- with_backend(backend()$tf_config(cluster_to_py(cluster), task_type, task_index))
+  as_tfdistributed_tf_config(config)
+}
+
+as_tfdistributed_tf_config <- function(config) {
+  if (is.null(config)) {
+    return(NULL)
+  }
+  config$cluster <- as_tfdistributed_cluster(config$cluster)
+  structure(config, class = "tfdistributed_tf_config")
+}
+
+tf_config_to_py <- function(config) {
+  if (!is.list(config) || is.null(names(config))) {
+    abort("A TF_CONFIG must be a named list with `cluster` and `task` (or its JSON text), got ",
+          describe(config), ".")
+  }
+  config <- unclass(config)
+  if (!is.null(config$cluster)) {
+    config$cluster <- cluster_to_py(config$cluster)
+  }
+  if (is.list(config$task) && is.numeric(config$task$index)) {
+    config$task$index <- as_integer(config$task$index, "task index")
+  }
+  reticulate::r_to_py(config)
+}
+
+#' @export
+format.tfdistributed_tf_config <- function(x, ...) {
+  json <- reticulate::import("json", convert = TRUE)
+  json$dumps(tf_config_to_py(x))
+}
+
+#' @export
+print.tfdistributed_tf_config <- function(x, ...) {
+  cat("<TF_CONFIG> task:", x$task$type, x$task$index, "\n")
+  print(x$cluster)
+  invisible(x)
+}
+
+#' Set or read this process's TF_CONFIG
+#'
+#' `set_tf_config()` validates a TF_CONFIG and exports it (to both R's and
+#' Python's environment) for this process. Call it before
+#' [distribute_strategy()]: TensorFlow reads TF_CONFIG when the strategy is
+#' created. [launch_cluster()] sets it for every task it starts, so scripts run
+#' by it need not call this.
+#'
+#' @param cluster A cluster from [tf_cluster()] or [local_cluster()].
+#' @param task_type,task_index Which task this process is.
+#' @param config Instead of `cluster`/`task_type`/`task_index`: a whole
+#'   TF_CONFIG, as a list or JSON text.
+#' @return `set_tf_config()`: the TF_CONFIG that was set, invisibly.
+#'   `get_tf_config()`: the validated TF_CONFIG, or `NULL` when none is set.
+#' @export
+#' @examples
+#' \dontrun{
+#' set_tf_config(local_cluster(2), "worker", 0)
+#' get_tf_config()
+#' clear_tf_config()
+#' }
+set_tf_config <- function(cluster = NULL, task_type = "worker", task_index = 0, config = NULL) {
+  if (is.null(config)) {
+    if (is.null(cluster)) {
+      abort("set_tf_config() needs a `cluster` (and `task_type`, `task_index`) or a whole `config`, ",
+            "e.g. set_tf_config(local_cluster(2), \"worker\", 0).")
+    }
+    config <- tf_task_config(cluster, task_type, task_index)
+  } else {
+    if (!is.null(cluster)) {
+      abort("Pass either `config` or `cluster`/`task_type`/`task_index` to set_tf_config(), not both.")
+    }
+    config <- if (is.character(config)) config else tf_config_to_py(config)
+  }
+  set <- with_backend(backend()$set_tf_config(if (inherits(config, "tfdistributed_tf_config"))
+    tf_config_to_py(config) else config))
+  set <- as_tfdistributed_tf_config(set)
+  Sys.setenv(TF_CONFIG = format(set))
+  invisible(set)
+}
+
+#' @rdname set_tf_config
+#' @export
+get_tf_config <- function() {
+  sync_tf_config()
+  as_tfdistributed_tf_config(with_backend(backend()$read_tf_config()))
+}
+
+#' @rdname set_tf_config
+#' @export
+clear_tf_config <- function() {
+  Sys.unsetenv("TF_CONFIG")
+  with_backend(backend()$clear_tf_config())
+  invisible()
+}
+
+# Python's os.environ is a copy taken when Python started: a TF_CONFIG set later with R's
+# Sys.setenv() would be invisible to TensorFlow. R's value wins, as the user set it last.
+sync_tf_config <- function() {
+  backend()
+  os <- reticulate::import("os", convert = TRUE)
+  value <- Sys.getenv("TF_CONFIG", unset = NA)
+  current <- os$environ$get("TF_CONFIG")
+  if (is.na(value) || !nzchar(value)) {
+    if (!is.null(current)) {
+      os$environ$pop("TF_CONFIG")
+    }
+  } else if (!identical(current, value)) {
+    os$environ$update(reticulate::dict(TF_CONFIG = value))
+  }
+  invisible()
+}
+
+#' Where this task stands in the cluster
+#'
+#' `is_chief()`: does this process own shared writes (the chief, or worker 0
+#' when there is no chief)? `num_workers()`: how many tasks train in lock-step
+#' (1 without TF_CONFIG).
+#'
+#' @param config A TF_CONFIG (list or JSON text); default this process's.
+#' @return A logical / an integer.
+#' @export
+#' @examples
+#' \dontrun{
+#' is_chief()
+#' num_workers()
+#' }
+is_chief <- function(config = NULL) {
+  sync_tf_config()
+  with_backend(backend()$is_chief(config_arg(config)))
+}
+
+#' @rdname is_chief
+#' @export
+num_workers <- function(config = NULL) {
+  sync_tf_config()
+  as.integer(with_backend(backend()$num_workers(config_arg(config))))
+}
+
+config_arg <- function(config) {
+  if (is.null(config) || is.character(config)) config else tf_config_to_py(config)
+}

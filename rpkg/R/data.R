@@ -1,0 +1,220 @@
+#' Set how a multi-worker job splits a dataset
+#'
+#' With several workers, TensorFlow *auto-shards* each worker's copy of a
+#' `tf.data` dataset:
+#' * `"file"`: each worker reads a subset of the input files; needs at least as
+#'   many files as workers.
+#' * `"data"`: each worker reads everything and keeps every n-th element; always
+#'   works.
+#' * `"auto"` (TensorFlow's default): `"file"` when the pipeline reads files,
+#'   else `"data"`.
+#' * `"hint"`: shard where the pipeline says; `"off"`: every worker sees
+#'   everything.
+#'
+#' @param dataset A `tf.data.Dataset` (e.g. from [load_tfds()]).
+#' @param policy One of `"auto"`, `"file"`, `"data"`, `"off"`, `"hint"`.
+#' @return `dataset_shard_policy()`: the dataset with the policy set.
+#'   `shard_policy()`: the policy name set on `dataset`.
+#' @seealso [check_sharding()]
+#' @export
+#' @examples
+#' \dontrun{
+#' train <- load_tfds("sklearn_digits", "train", data_dir = dir)
+#' train <- dataset_shard_policy(train, "data")
+#' shard_policy(train)
+#' }
+dataset_shard_policy <- function(dataset, policy) {
+  check_dataset(dataset)
+  policy <- as_string(policy, "policy")
+  with_backend(backend()$with_shard_policy(dataset, policy))
+}
+
+#' @rdname dataset_shard_policy
+#' @export
+shard_policy <- function(dataset) {
+  check_dataset(dataset)
+  with_backend(backend()$shard_policy(dataset))
+}
+
+check_dataset <- function(dataset) {
+  if (!inherits(dataset, "tensorflow.python.data.ops.dataset_ops.DatasetV2")) {
+    abort("`dataset` must be a tf.data.Dataset (e.g. from load_tfds() or dataset_from_arrays()), ",
+          "got ", describe(dataset), ".")
+  }
+  dataset
+}
+
+#' Check, before training, that a dataset can be split over the workers
+#'
+#' Runs TensorFlow's own auto-shard rewrite for the first and last worker and
+#' reads one element each, so the failure TensorFlow would hit at the first
+#' training step ("There aren't enough elements in this dataset for each shard")
+#' happens here, as an R error naming the fix. [fit_distributed()] does this
+#' for you in multi-worker jobs.
+#'
+#' @param dataset A `tf.data.Dataset`.
+#' @param num_shards Number of workers; default from TF_CONFIG.
+#' @param policy Shard policy to check instead of the dataset's own.
+#' @return The policy that was checked, invisibly.
+#' @export
+#' @examples
+#' \dontrun{
+#' check_sharding(train, num_shards = 2)
+#' }
+check_sharding <- function(dataset, num_shards = num_workers(), policy = NULL) {
+  check_dataset(dataset)
+  num_shards <- as_integer(num_shards, "num_shards", minimum = 1L)
+  policy <- as_string(policy, "policy", allow_null = TRUE)
+  invisible(with_backend(backend()$check_sharding(dataset, num_shards, policy)))
+}
+
+#' Global batch size from a per-replica batch size
+#'
+#' `per_replica` times the number of replicas in sync. Batches passed to
+#' [fit_distributed()] are global: each replica gets `batch_size / replicas`.
+#'
+#' @param per_replica Examples per replica per step.
+#' @param strategy A strategy; default the current one.
+#' @return An integer.
+#' @export
+#' @examples
+#' \dontrun{
+#' global_batch_size(32, distribute_strategy("mirrored"))
+#' }
+global_batch_size <- function(per_replica, strategy = NULL) {
+  per_replica <- as_integer(per_replica, "per_replica", minimum = 1L)
+  check_strategy(strategy, allow_null = TRUE)
+  as.integer(with_backend(backend()$global_batch_size(per_replica, strategy)))
+}
+
+#' R arrays as a batched, shardable `tf.data` dataset
+#'
+#' @param x,y Inputs and targets: matrices, arrays, vectors or data frames (see
+#'   [fit_distributed()]).
+#' @param batch_size The *global* batch size.
+#' @param shuffle Shuffle every epoch.
+#' @param seed Seed for the shuffle.
+#' @param shard_policy Shard policy; `"data"` suits arrays held in memory.
+#' @return A `tf.data.Dataset` yielding `(x, y)` batches.
+#' @export
+#' @examples
+#' \dontrun{
+#' ds <- dataset_from_arrays(matrix(runif(40), 10), 1:10, batch_size = 4)
+#' }
+dataset_from_arrays <- function(x, y = NULL, batch_size = 32, shuffle = FALSE, seed = NULL,
+                                shard_policy = "data") {
+  batch_size <- as_integer(batch_size, "batch_size", minimum = 1L)
+  shuffle <- as_flag(shuffle, "shuffle")
+  seed <- as_integer(seed, "seed", allow_null = TRUE)
+  shard_policy <- as_string(shard_policy, "shard_policy")
+  with_backend(backend()$make_dataset(to_numpy(x, "x"), to_numpy(y, "y"), batch_size = batch_size,
+                                shuffle = shuffle, seed = seed, policy = shard_policy))
+}
+
+# R data -> NumPy array with the dtype Keras expects. An R vector would become a Python list
+# (Keras: "Unrecognized data type"), so every input is an explicit array: doubles -> float32,
+# integers -> int32 (labels), a factor -> 0-based int32 codes, a data frame -> float32 matrix.
+to_numpy <- function(x, name) {
+  if (is.null(x) || is_py(x)) {
+    return(x)
+  }
+  if (is.data.frame(x)) {
+    bad <- names(x)[!vapply(x, function(col) is.numeric(col) || is.logical(col), logical(1))]
+    if (length(bad)) {
+      abort("`", name, "` is a data frame with non-numeric column(s) ", paste(bad, collapse = ", "),
+            ": convert them to numbers first (e.g. model.matrix(~ ., ", name, ")).")
+    }
+    x <- data.matrix(x)
+  }
+  if (is.factor(x)) {
+    x <- as.integer(x) - 1L
+  }
+  if (is.list(x)) {
+    abort("`", name, "` must be a numeric matrix, array, vector or data frame, got a list. ",
+          "For a dataset use dataset_from_arrays() or load_tfds().")
+  }
+  if (!is.numeric(x) && !is.logical(x)) {
+    abort("`", name, "` must be numeric, got ", describe(x), ".")
+  }
+  if (anyNA(x)) {
+    abort("`", name, "` contains NA: remove or impute missing values before training.")
+  }
+  if (length(x) == 0) {
+    abort("`", name, "` is empty.")
+  }
+  dtype <- if (is.integer(x)) "int32" else "float32"
+  if (is.null(dim(x))) {
+    x <- as.vector(x)
+  }
+  reticulate::np_array(if (is.logical(x)) x + 0 else x, dtype = dtype)
+}
+
+#' Read a TFDS dataset from disk
+#'
+#' Uses tensorflow-datasets' own loader. Nothing is downloaded unless
+#' `download = TRUE`: in a multi-worker job every process runs this line, and
+#' several processes downloading into one directory race.
+#'
+#' @param name Dataset name, e.g. `"sklearn_digits"`.
+#' @param split Split, e.g. `"train"` or `"test"`.
+#' @param data_dir Directory holding the prepared dataset.
+#' @param shard_policy Shard policy to set on the result, or `NULL`.
+#' @param as_supervised Yield `(input, label)` pairs.
+#' @param download Download and prepare when missing.
+#' @param ... Passed to `tfds.load()`.
+#' @return A `tf.data.Dataset`.
+#' @export
+#' @examples
+#' \dontrun{
+#' dir <- write_digits_tfds(tempfile())
+#' train <- load_tfds("sklearn_digits", "train", data_dir = dir)
+#' }
+load_tfds <- function(name, split = "train", data_dir = NULL, shard_policy = NULL,
+                      as_supervised = TRUE, download = FALSE, ...) {
+  name <- as_string(name, "name")
+  split <- as_string(split, "split")
+  data_dir <- as_string(data_dir, "data_dir", allow_null = TRUE)
+  shard_policy <- as_string(shard_policy, "shard_policy", allow_null = TRUE)
+  with_backend(backend()$load_tfds(name, split, data_dir, as_supervised = as_flag(as_supervised, "as_supervised"),
+                             shard_policy = shard_policy, download = as_flag(download, "download"), ...))
+}
+
+#' The handwritten digits (8x8) for tutorials and tests
+#'
+#' scikit-learn's 1797 handwritten digits, split into train and test with a
+#' seeded, stratified split. `digits_data()` returns R arrays;
+#' `write_digits_tfds()` writes them as a real TFDS dataset (`"sklearn_digits"`,
+#' images 8x8x1 uint8, labels 0-9) for [load_tfds()].
+#'
+#' @param test_fraction Fraction of images in the test split.
+#' @param seed Seed of the split.
+#' @return `digits_data()`: `list(train = list(x, y), test = list(x, y))` with
+#'   `x` a `n x 8 x 8 x 1` array in \[0, 1\] and `y` integer labels 0-9.
+#' @export
+#' @examples
+#' \dontrun{
+#' digits <- digits_data()
+#' dim(digits$train$x)
+#' }
+digits_data <- function(test_fraction = 0.25, seed = 0) {
+  seed <- as_integer(seed, "seed", minimum = 0L)
+  test_fraction <- as_number(test_fraction, "test_fraction")
+  arrays <- with_backend(backend()$digits_arrays(test_fraction = test_fraction, seed = seed))
+  split <- function(pair) list(x = pair[[1]], y = as.integer(pair[[2]]))
+  list(train = split(arrays[[1]]), test = split(arrays[[2]]))
+}
+
+#' @rdname digits_data
+#' @param data_dir Directory to write into (created when missing).
+#' @param num_files TFRecord files per split; use at least as many as workers
+#'   for the `"file"` shard policy.
+#' @return `write_digits_tfds()`: `data_dir`, invisibly.
+#' @export
+write_digits_tfds <- function(data_dir, num_files = 1, test_fraction = 0.25, seed = 0) {
+  data_dir <- as_string(data_dir, "data_dir")
+  num_files <- as_integer(num_files, "num_files", minimum = 1L)
+  seed <- as_integer(seed, "seed", minimum = 0L)
+  test_fraction <- as_number(test_fraction, "test_fraction")
+  invisible(with_backend(backend()$write_digits_tfds(data_dir, num_files = num_files,
+                                               test_fraction = test_fraction, seed = seed)))
+}

@@ -1,0 +1,98 @@
+#' Run a training script as a local cluster
+#'
+#' Starts one process per task on this machine, each with its own TF_CONFIG on
+#' free loopback ports, and prints every line they write prefixed with the
+#' task (`[worker 1] ...`); in R Markdown the output lands in the document. On
+#' the first failure, or at the timeout, every process is stopped and the R
+#' error names the task and shows its last output.
+#'
+#' The script is the same one you run on a laptop: it calls
+#' `distribute_strategy("auto")` (or `"multi_worker_mirrored"`), which reads the
+#' TF_CONFIG set by the launcher. `.R` scripts run with `Rscript`, `.py`
+#' scripts with the Python that R uses. With `ps > 0` the script runs as the
+#' chief (the parameter-server coordinator) and workers and ps tasks run
+#' TensorFlow servers.
+#'
+#' @param script Path of a `.R` or `.py` training script.
+#' @param workers Number of worker tasks.
+#' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
+#' @param chief Add a chief task.
+#' @param timeout Seconds for the whole job; then every process is stopped.
+#' @param env Named character vector of extra environment variables for every task.
+#' @param args Command-line arguments for the script.
+#' @param echo Print each task's output as it arrives.
+#' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
+#'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
+#'   lines, `$seconds` the wall time, `$cluster` the cluster.
+#' @export
+#' @examples
+#' \dontrun{
+#' launch_cluster("train.R", workers = 2)
+#' }
+launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = 900,
+                           env = NULL, args = NULL, echo = TRUE) {
+  script <- as_string(script, "script")
+  if (!file.exists(script)) {
+    abort("Script '", script, "' does not exist (working directory '", getwd(), "'). ",
+          "Pass the path of an existing .R or .py file.")
+  }
+  workers <- as_integer(workers, "workers", minimum = 1L)
+  ps <- as_integer(ps, "ps", minimum = 0L)
+  chief <- as_flag(chief, "chief")
+  timeout <- as_number(timeout, "timeout")
+  echo <- as_flag(echo, "echo")
+  if (!is.null(env) && (is.null(names(env)) || any(!nzchar(names(env))) || anyNA(env))) {
+    abort("`env` must be a named character vector such as c(MY_VAR = \"1\"), got ", describe(env), ".")
+  }
+  env_py <- if (is.null(env)) NULL else reticulate::r_to_py(as.list(vapply(env, as.character, "")))
+  if (!is.null(args) && (!is.atomic(args) || anyNA(args))) {
+    abort("`args` must be a character vector of command-line arguments, got ", describe(args), ".")
+  }
+  # Output is relayed through an R function called on R's own thread, so cat() output is
+  # captured by knitr and sink(); Python's own echo would bypass them.
+  on_output <- if (echo) function(line) cat(line, "\n", sep = "") else NULL
+  # Rscript tasks find this package where this session does.
+  env_py <- merge_env(env_py, R_LIBS = paste(.libPaths(), collapse = .Platform$path.sep))
+  result <- with_backend(backend()$launch(
+    normalizePath(script), workers = workers, ps = ps, chief = chief, timeout = timeout,
+    env = env_py, args = py_list(as.character(args)), on_output = on_output, echo = FALSE,
+    rscript = file.path(R.home("bin"), "Rscript")
+  ))
+  tasks <- result$tasks
+  out <- structure(list(
+    cluster = as_tfdistributed_cluster(result$cluster),
+    tasks = data.frame(
+      task_type = vapply(tasks, function(t) t$task_type, ""),
+      task_index = vapply(tasks, function(t) as.integer(t$task_index), 0L),
+      returncode = vapply(tasks, function(t) if (is.null(t$returncode)) NA_integer_ else
+        as.integer(t$returncode), 0L),
+      stringsAsFactors = FALSE
+    ),
+    output = stats::setNames(lapply(tasks, function(t) as.character(unlist(t$output))),
+                             vapply(tasks, function(t) t$name, "")),
+    seconds = result$seconds
+  ), class = "tfdistributed_launch")
+  invisible(out)
+}
+
+merge_env <- function(env_py, ...) {
+  extra <- list(...)
+  env <- if (is.null(env_py)) list() else reticulate::py_to_r(env_py)
+  for (name in names(extra)) {
+    if (is.null(env[[name]])) {
+      env[[name]] <- extra[[name]]
+    }
+  }
+  if (length(env)) reticulate::r_to_py(env) else NULL
+}
+
+#' @export
+print.tfdistributed_launch <- function(x, ...) {
+  cat(sprintf("<tfdistributed launch: %d task%s, %.1f s>\n", nrow(x$tasks),
+              if (nrow(x$tasks) == 1) "" else "s", x$seconds))
+  for (i in seq_len(nrow(x$tasks))) {
+    cat(sprintf("  %s %d: exit %d\n", x$tasks$task_type[[i]], x$tasks$task_index[[i]],
+                x$tasks$returncode[[i]]))
+  }
+  invisible(x)
+}

@@ -1,0 +1,135 @@
+#' tfdistributed: distributed TensorFlow/Keras 3 training for R
+#'
+#' A thin wrapper over the Python package `tfdistributed`: every piece of
+#' distributed-training logic lives there, the R side converts arguments at the
+#' boundary and turns results into R objects.
+#'
+#' Start with [distribute_strategy()], build the model inside
+#' `with(strategy$scope(), { ... })` using [keras], then [fit_distributed()] and
+#' [evaluate_distributed()]. The same script runs on several workers with
+#' [launch_cluster()].
+#'
+#' @keywords internal
+"_PACKAGE"
+
+#' The Python backend module `tfdistributed` (imported on first use)
+#'
+#' @format A Python module proxy created by [reticulate::import()].
+#' @keywords internal
+#' @export
+tfd <- NULL
+
+#' Keras 3 (the Python module), imported on first use
+#'
+#' There is no Keras R package here: models are built through reticulate, e.g.
+#' `keras$Sequential(list(keras$layers$Dense(64L, activation = "relu")))`.
+#' Integers passed to Keras must be R integers (`64L`).
+#'
+#' @format A Python module proxy created by [reticulate::import()].
+#' @examples
+#' \dontrun{
+#' model <- keras$Sequential(list(
+#'   keras$Input(shape = shape(8, 8, 1)),
+#'   keras$layers$Flatten(),
+#'   keras$layers$Dense(10L)
+#' ))
+#' }
+#' @export
+keras <- NULL
+
+.onLoad <- function(libname, pkgname) {
+  select_python()
+  tfd <<- reticulate::import("tfdistributed", delay_load = TRUE)
+  keras <<- reticulate::import("keras", delay_load = TRUE)
+}
+
+# Inside this repository the R side must use the project's .venv with no manual step; outside
+# it, the virtualenv made by install_tfdistributed(). An explicit choice (RETICULATE_PYTHON,
+# use_python(), or a Python already running in this process, e.g. under rpy2) always wins.
+select_python <- function() {
+  if (nzchar(Sys.getenv("RETICULATE_PYTHON")) || reticulate::py_available(initialize = FALSE)) {
+    return(invisible())
+  }
+  venv_python <- find_project_python(getwd())
+  if (!is.null(venv_python)) {
+    Sys.setenv(RETICULATE_PYTHON = venv_python)
+  } else if (reticulate::virtualenv_exists(default_envname)) {
+    reticulate::use_virtualenv(default_envname, required = FALSE)
+  }
+  invisible()
+}
+
+# The .venv of the tfdistributed project containing `dir` (walking up), or NULL.
+find_project_python <- function(dir) {
+  dir <- normalizePath(dir, mustWork = FALSE)
+  repeat {
+    python <- file.path(dir, ".venv", "bin", "python")
+    if (dir.exists(file.path(dir, "pybackend", "tfdistributed")) && file.exists(python)) {
+      return(python)
+    }
+    parent <- dirname(dir)
+    if (identical(parent, dir)) {
+      return(NULL)
+    }
+    dir <- parent
+  }
+}
+
+# The backend module, checked once per session: reticulate's own errors for a missing Python
+# or module do not say how to get the backend, ours does.
+backend_state <- new.env()
+backend <- function() {
+  if (!isTRUE(backend_state$ok)) {
+    problem <- tryCatch({
+      python <- reticulate::py_config()$python
+      if (reticulate::py_module_available("tfdistributed")) NULL else
+        paste0("Python ", python, " has no module 'tfdistributed'")
+    }, error = function(e) conditionMessage(e))
+    if (!is.null(problem)) {
+      abort("The Python backend 'tfdistributed' is not available (", trimws(problem), "). ",
+            "Fix: run tfdistributed::install_tfdistributed() and restart R, or set ",
+            "RETICULATE_PYTHON to a Python where the backend is installed (inside the project: ",
+            "`make setup`, which creates .venv/bin/python).", class = "tfdistributed_backend_missing")
+    }
+    backend_state$ok <- TRUE
+  }
+  tfd
+}
+
+#' Is the Python backend available?
+#'
+#' `TRUE` when Python and the `tfdistributed` backend can be imported; never
+#' errors. Useful to skip examples and tests.
+#'
+#' @return A single logical.
+#' @export
+#' @examples
+#' backend_available()
+backend_available <- function() {
+  isTRUE(tryCatch(reticulate::py_module_available("tfdistributed"), error = function(e) FALSE))
+}
+
+#' A tensor shape for Keras, from R numbers
+#'
+#' `keras$Input(shape = c(3L))` would pass the scalar 3, which Keras rejects,
+#' and `c(8, 8, 1)` would pass floats. `shape()` gives Keras the tuple of
+#' integers it expects; `NA` or `NULL` stands for an unknown dimension.
+#'
+#' @param ... Dimensions (whole numbers; `NA`/`NULL` for unknown).
+#' @return A Python tuple.
+#' @export
+#' @examples
+#' \dontrun{
+#' keras$Input(shape = shape(8, 8, 1))
+#' }
+shape <- function(...) {
+  dims <- list(...)
+  if (length(dims) == 1 && is.numeric(dims[[1]]) && length(dims[[1]]) > 1) {
+    dims <- as.list(dims[[1]])
+  }
+  dims <- lapply(seq_along(dims), function(i) {
+    d <- dims[[i]]
+    if (is.null(d) || (length(d) == 1 && is.na(d))) NULL else as_integer(d, paste0("dimension ", i), minimum = 0L)
+  })
+  do.call(reticulate::tuple, dims)
+}

@@ -1,0 +1,134 @@
+#' Create a distribution strategy by name
+#'
+#' Returns a `tf.distribute.Strategy` (a reticulate Python object, so
+#' `strategy$scope()` and every other method work) that also prints usefully
+#' in R. Build and compile models inside `with(strategy$scope(), { ... })`.
+#'
+#' Names (case-insensitive; class names such as `"MirroredStrategy"` work too):
+#' `"default"`, `"one_device"`, `"mirrored"`, `"central_storage"`,
+#' `"multi_worker_mirrored"`, `"parameter_server"`, `"tpu"`, and `"auto"`, which
+#' picks `parameter_server` when TF_CONFIG has ps tasks, `multi_worker_mirrored`
+#' when it has several workers, `mirrored` with several GPUs or logical CPUs,
+#' else `default`; so one script runs unchanged on a laptop and under
+#' [launch_cluster()].
+#'
+#' TensorFlow fixes its devices when it first initializes: `num_cpu_devices`
+#' must be given in the first strategy of the R session (before anything else
+#' uses TensorFlow). Later strategies reuse those logical CPUs.
+#'
+#' @param name Strategy name (see Details).
+#' @param devices Device string(s) for `one_device`, `mirrored` and
+#'   `central_storage`, e.g. `c("/cpu:0", "/cpu:1")`.
+#' @param num_cpu_devices Split the CPU into this many logical devices first, so
+#'   a CPU-only machine gets several replicas.
+#' @param ... Passed to the strategy constructor: `cross_device_ops`
+#'   (mirrored), `parameter_device` (central_storage), `communication_options`
+#'   (multi_worker_mirrored), `variable_partitioner` (parameter_server), `tpu`,
+#'   `cluster_resolver`.
+#' @return The strategy, with class `tfdistributed_strategy` prepended.
+#' @seealso [strategy_info()], [fit_distributed()]
+#' @export
+#' @examples
+#' \dontrun{
+#' strategy <- distribute_strategy("mirrored", num_cpu_devices = 2)
+#' strategy
+#' with(strategy$scope(), {
+#'   model <- keras$Sequential(list(keras$Input(shape = shape(4)), keras$layers$Dense(1L)))
+#'   model$compile(optimizer = "adam", loss = "mse")
+#' })
+#' }
+distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL, ...) {
+  name <- as_string(name, "name")
+  num_cpu_devices <- as_integer(num_cpu_devices, "num_cpu_devices", minimum = 1L, allow_null = TRUE)
+  if (!is.null(devices) && !is.character(devices)) {
+    abort("`devices` must be a character vector of device names such as \"/cpu:0\", got ",
+          describe(devices), ".")
+  }
+  sync_tf_config()
+  strategy <- with_backend(backend()$make_strategy(
+    name,
+    devices = py_list(devices),
+    num_cpu_devices = num_cpu_devices,
+    ...
+  ))
+  as_tfdistributed_strategy(strategy)
+}
+
+as_tfdistributed_strategy <- function(strategy) {
+  if (!inherits(strategy, "tfdistributed_strategy")) {
+    class(strategy) <- c("tfdistributed_strategy", class(strategy))
+  }
+  strategy
+}
+
+#' Describe a strategy: kind, replicas, devices, workers
+#'
+#' @param strategy A strategy from [distribute_strategy()] (or any
+#'   `tf.distribute.Strategy`).
+#' @return A list with `kind`, `num_replicas`, `devices`, `num_workers`,
+#'   `task_type` and `task_index` (and `num_ps` for parameter-server).
+#' @export
+#' @examples
+#' \dontrun{
+#' strategy_info(distribute_strategy("default"))$num_replicas
+#' }
+strategy_info <- function(strategy) {
+  check_strategy(strategy)
+  with_backend(backend()$strategy_info(strategy))
+}
+
+check_strategy <- function(strategy, allow_null = FALSE) {
+  if (is.null(strategy) && allow_null) {
+    return(NULL)
+  }
+  if (!is_py(strategy)) {
+    abort("`strategy` must be a strategy from distribute_strategy(), got ", describe(strategy), ".")
+  }
+  strategy
+}
+
+#' @export
+format.tfdistributed_strategy <- function(x, ...) {
+  info <- tryCatch(strategy_info(x), error = function(e) NULL)
+  if (is.null(info)) {
+    return("<tfdistributed strategy (not inspectable)>")
+  }
+  lines <- c(
+    sprintf("<tfdistributed strategy: %s>", info$kind),
+    sprintf("  replicas in sync: %d", as.integer(info$num_replicas)),
+    sprintf("  devices:          %s", paste(unlist(info$devices), collapse = ", ")),
+    sprintf("  workers:          %d", as.integer(info$num_workers))
+  )
+  if (!is.null(info$task_type)) {
+    lines <- c(lines, sprintf("  this task:        %s %d", info$task_type, as.integer(info$task_index)))
+  }
+  if (!is.null(info$num_ps)) {
+    lines <- c(lines, sprintf("  ps tasks:         %d", as.integer(info$num_ps)))
+  }
+  lines
+}
+
+#' @export
+print.tfdistributed_strategy <- function(x, ...) {
+  writeLines(format(x, ...))
+  invisible(x)
+}
+
+#' Split the CPU into logical devices
+#'
+#' Gives a CPU-only machine several replicas for `mirrored` and
+#' `central_storage`. Must run before anything else uses TensorFlow in this R
+#' session; [distribute_strategy()] does it for you with `num_cpu_devices`.
+#'
+#' @param n Number of logical CPU devices.
+#' @return The logical device names, invisibly.
+#' @export
+#' @examples
+#' \dontrun{
+#' configure_cpu_devices(2)
+#' }
+configure_cpu_devices <- function(n) {
+  n <- as_integer(n, "n", minimum = 1L)
+  devices <- with_backend(backend()$configure_cpu_devices(n))
+  invisible(vapply(devices, function(d) d$name, character(1)))
+}

@@ -1,0 +1,217 @@
+#' Train a Keras model under a distribution strategy
+#'
+#' Checks that the model was built and compiled inside the strategy's scope,
+#' turns R data into a `tf.data` pipeline with the global batch size and the
+#' `"data"` shard policy, checks that a dataset can be split over the workers
+#' *before* training, and runs Keras `fit` inside the scope. Parameter-server
+#' strategies use a coordinator-based loop; your code is the same for every
+#' strategy.
+#'
+#' R data: numeric matrices, arrays and vectors (doubles become float32,
+#' integers int32), data frames of numeric columns, and factors as labels
+#' (0-based codes). Or pass a `tf.data.Dataset` yielding `(inputs, targets)`
+#' batches of the global batch size as `x`.
+#'
+#' @param model A compiled Keras model, built inside `with(strategy$scope(), ...)`.
+#' @param x Inputs (see Details) or a `tf.data.Dataset`.
+#' @param y Targets (arrays only).
+#' @param strategy The strategy; default the one the model was built under.
+#' @param epochs Number of epochs.
+#' @param batch_size Global batch size (arrays only); must divide evenly over
+#'   the replicas, see [global_batch_size()].
+#' @param validation_data `list(x, y)` or a `tf.data.Dataset`.
+#' @param callbacks A Keras callback or a list of them.
+#' @param shard_policy How a multi-worker job splits the data; see
+#'   [dataset_shard_policy()].
+#' @param shuffle Shuffle arrays every epoch.
+#' @param seed Seed for the shuffle.
+#' @param steps_per_epoch Steps per epoch (needed for infinite datasets).
+#' @param sample_weight Per-example weights (arrays only).
+#' @param check_shards Check that a dataset can be sharded before training.
+#' @param verbose `"auto"`, 0, 1 or 2 (non-chief workers are quiet with `"auto"`).
+#'   Set `options(tfdistributed.verbose = 0)` to change the default.
+#' @param ... Passed to Keras `model$fit()` / `model$evaluate()`.
+#' @return `fit_distributed()`: a `tfdistributed_history`: `print()`, `plot()`
+#'   and `as.data.frame()` (columns `epoch`, `metric`, `value`) work on it;
+#'   `$metrics` is a named list of per-epoch values.
+#' @seealso [distribute_strategy()], [evaluate_distributed()]
+#' @export
+#' @examples
+#' \dontrun{
+#' strategy <- distribute_strategy("mirrored", num_cpu_devices = 2)
+#' digits <- digits_data()
+#' with(strategy$scope(), {
+#'   model <- keras$Sequential(list(
+#'     keras$Input(shape = shape(8, 8, 1)),
+#'     keras$layers$Flatten(),
+#'     keras$layers$Dense(64L, activation = "relu"),
+#'     keras$layers$Dense(10L)
+#'   ))
+#'   model$compile(
+#'     optimizer = "adam",
+#'     loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE),
+#'     metrics = list("accuracy")
+#'   )
+#' })
+#' history <- fit_distributed(model, digits$train$x, digits$train$y,
+#'                            epochs = 20, batch_size = 64)
+#' plot(history)
+#' evaluate_distributed(model, digits$test$x, digits$test$y)
+#' }
+fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_size = NULL,
+                            validation_data = NULL, callbacks = NULL, shard_policy = NULL,
+                            shuffle = TRUE, seed = NULL, steps_per_epoch = NULL,
+                            sample_weight = NULL, check_shards = TRUE,
+                            verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  check_model(model)
+  check_strategy(strategy, allow_null = TRUE)
+  epochs <- as_integer(epochs, "epochs", minimum = 1L)
+  batch_size <- as_integer(batch_size, "batch_size", minimum = 1L, allow_null = TRUE)
+  steps_per_epoch <- as_integer(steps_per_epoch, "steps_per_epoch", minimum = 1L, allow_null = TRUE)
+  seed <- as_integer(seed, "seed", allow_null = TRUE)
+  shard_policy <- as_string(shard_policy, "shard_policy", allow_null = TRUE)
+  if (missing(x)) {
+    abort("fit_distributed() needs data: arrays `x` and `y`, or a tf.data.Dataset as `x`.")
+  }
+  history <- with_backend(backend()$fit(
+    model, to_numpy(x, "x"), to_numpy(y, "y"),
+    strategy = strategy, epochs = epochs, batch_size = batch_size,
+    validation_data = validation_arg(validation_data), callbacks = callbacks_arg(callbacks),
+    shard_policy = shard_policy, shuffle = as_flag(shuffle, "shuffle"), seed = seed,
+    steps_per_epoch = steps_per_epoch, sample_weight = to_numpy(sample_weight, "sample_weight"),
+    check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
+  ))
+  as_tfdistributed_history(history)
+}
+
+#' @rdname fit_distributed
+#' @param steps Number of evaluation steps (datasets).
+#' @return `evaluate_distributed()`: a named numeric vector (`loss` and the
+#'   compiled metrics).
+#' @export
+evaluate_distributed <- function(model, x, y = NULL, strategy = NULL, batch_size = NULL,
+                                 shard_policy = NULL, sample_weight = NULL, steps = NULL,
+                                 check_shards = TRUE,
+                                 verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  check_model(model)
+  check_strategy(strategy, allow_null = TRUE)
+  batch_size <- as_integer(batch_size, "batch_size", minimum = 1L, allow_null = TRUE)
+  steps <- as_integer(steps, "steps", minimum = 1L, allow_null = TRUE)
+  shard_policy <- as_string(shard_policy, "shard_policy", allow_null = TRUE)
+  if (missing(x)) {
+    abort("evaluate_distributed() needs data: arrays `x` and `y`, or a tf.data.Dataset as `x`.")
+  }
+  result <- with_backend(backend()$evaluate(
+    model, to_numpy(x, "x"), to_numpy(y, "y"),
+    strategy = strategy, batch_size = batch_size, shard_policy = shard_policy,
+    sample_weight = to_numpy(sample_weight, "sample_weight"), steps = steps,
+    check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
+  ))
+  unlist(result)
+}
+
+check_model <- function(model) {
+  if (!inherits(model, "keras.src.models.model.Model")) {
+    abort("`model` must be a Keras model (e.g. keras$Sequential(...)) built and compiled inside ",
+          "with(strategy$scope(), { ... }), got ", describe(model), ".")
+  }
+  model
+}
+
+validation_arg <- function(validation_data) {
+  if (is.null(validation_data) || is_py(validation_data)) {
+    return(validation_data)
+  }
+  if (!is.list(validation_data) || is.data.frame(validation_data) || length(validation_data) != 2) {
+    abort("`validation_data` must be list(x, y) or a tf.data.Dataset, got ",
+          describe(validation_data), ".")
+  }
+  reticulate::tuple(to_numpy(validation_data[[1]], "validation x"),
+                    to_numpy(validation_data[[2]], "validation y"))
+}
+
+callbacks_arg <- function(callbacks) {
+  if (is.null(callbacks)) {
+    return(NULL)
+  }
+  if (is_py(callbacks)) {
+    callbacks <- list(callbacks)
+  }
+  if (!is.list(callbacks) || !all(vapply(callbacks, is_py, logical(1)))) {
+    abort("`callbacks` must be a Keras callback or a list of them ",
+          "(e.g. keras$callbacks$EarlyStopping()), got ", describe(callbacks), ".")
+  }
+  callbacks
+}
+
+as_tfdistributed_history <- function(history) {
+  metrics <- lapply(reticulate::py_to_r(history$history), function(v) as.numeric(unlist(v)))
+  epochs <- as.integer(unlist(history$epoch)) + 1L
+  params <- tryCatch(reticulate::py_to_r(history$params), error = function(e) list())
+  structure(list(metrics = metrics, epochs = epochs, params = params),
+            class = "tfdistributed_history")
+}
+
+#' @export
+as.data.frame.tfdistributed_history <- function(x, ...) {
+  rows <- lapply(names(x$metrics), function(metric) {
+    values <- x$metrics[[metric]]
+    data.frame(epoch = x$epochs[seq_along(values)], metric = metric, value = values,
+               stringsAsFactors = FALSE)
+  })
+  if (!length(rows)) {
+    return(data.frame(epoch = integer(), metric = character(), value = numeric()))
+  }
+  do.call(rbind, rows)
+}
+
+#' @export
+print.tfdistributed_history <- function(x, ...) {
+  n <- length(x$epochs)
+  cat(sprintf("<tfdistributed history: %d epoch%s>\n", n, if (n == 1) "" else "s"))
+  if (n) {
+    last <- vapply(x$metrics, function(v) v[[length(v)]], numeric(1))
+    cat(sprintf("  final %-*s %s\n", max(nchar(names(last))) + 1, paste0(names(last), ":"),
+                format(signif(last, 4))), sep = "")
+  }
+  invisible(x)
+}
+
+#' Plot a training history
+#'
+#' One panel per metric, with training and validation (`val_*`) values on
+#' the same panel. Base graphics.
+#'
+#' @param x A `tfdistributed_history` from [fit_distributed()].
+#' @param y Unused.
+#' @param metrics Metric names to plot; default all.
+#' @param ... Passed to [graphics::plot()].
+#' @return `x`, invisibly.
+#' @export
+plot.tfdistributed_history <- function(x, y, metrics = NULL, ...) {
+  names_all <- names(x$metrics)
+  base <- unique(sub("^val_", "", names_all))
+  if (!is.null(metrics)) {
+    base <- intersect(base, metrics)
+  }
+  if (!length(base)) {
+    abort("Nothing to plot: the history has no metrics", if (!is.null(metrics)) " of those names", ".")
+  }
+  old <- graphics::par(mfrow = c(length(base), 1), mar = c(4, 4, 1.5, 1))
+  on.exit(graphics::par(old))
+  for (metric in base) {
+    series <- intersect(c(metric, paste0("val_", metric)), names_all)
+    values <- unlist(x$metrics[series])
+    graphics::plot(range(x$epochs), range(values), type = "n", xlab = "epoch", ylab = metric,
+                   main = metric, ...)
+    for (i in seq_along(series)) {
+      v <- x$metrics[[series[[i]]]]
+      graphics::lines(x$epochs[seq_along(v)], v, type = "b", pch = 19 + i - 1, col = i, lty = i)
+    }
+    if (length(series) > 1) {
+      graphics::legend("topright", legend = c("training", "validation"), col = seq_along(series),
+                       lty = seq_along(series), pch = 19 + seq_along(series) - 1, bty = "n")
+    }
+  }
+  invisible(x)
+}

@@ -1,0 +1,4 @@
+library(testthat)
+library(tfdistributed)
+
+test_check("tfdistributed")
