@@ -7,6 +7,7 @@ export RETICULATE_PYTHON := $(PY)
 # Keep TensorFlow's C++ start-up chatter out of test and demo logs.
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: setup demo test test-python test-r docs bench clean
 
@@ -21,10 +22,14 @@ test: setup
 
 docs: setup
 	@for f in vignettes/*.Rmd; do echo "rendering $$f"; Rscript scripts/render_vignette.R $$f docs || exit 1; done
+	@# Installed with the R package too, so vignette(package = "tfdistributed") lists them.
+	@mkdir -p rpkg/inst/doc && cp docs/*.html vignettes/*.Rmd rpkg/inst/doc/ && bash scripts/setup.sh
 	@echo "tutorials: $(ROOT)/docs/*.html"
 
-bench: setup
-	$(PY) bench/run.py
+# make bench BENCH_ARGS=--quick: a < 4 min smoke test of every benchmark.
+bench:
+	@BENCH=1 bash scripts/setup.sh
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .venv .rlib .setup docs .pytest_cache

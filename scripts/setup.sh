@@ -78,6 +78,16 @@ if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
   echo "$req_hash" > "$STAMP_DIR/venv.hash"
 fi
 
+# --- the bench extra (only with BENCH=1, i.e. `make bench`) -----------------------------------
+# tf_keras and matplotlib are needed by the benchmarks alone; keeping them out of every other
+# target's venv keeps legacy Keras off the import path of the tests.
+if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" != "$req_hash" ] \
+   || ! "$VENV/bin/python" -c "import tf_keras, matplotlib, sklearn" >/dev/null 2>&1; }; then
+  log "installing the bench extra (tf_keras, matplotlib) into $VENV"
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,bench]"
+  echo "$req_hash" > "$STAMP_DIR/bench.hash"
+fi
+
 # --- the R package --------------------------------------------------------------------------
 # Installed into .rlib so Rscript, rpy2 and knitr all load the same code; reinstalled only when
 # a file under rpkg/ changed.

@@ -177,6 +177,21 @@ def _as_array(value, name: str):
     return array
 
 
+def as_arrays(x, y=None, sample_weight=None):
+    """``[x, y?, sample_weight?]`` as checked NumPy arrays of equal length, and that length."""
+    arrays = [_as_array(x, "x")]
+    names = ["x"]
+    for name, value in (("y", y), ("sample_weight", sample_weight)):
+        if value is not None:
+            arrays.append(_as_array(value, name))
+            names.append(name)
+    n = len(arrays[0])
+    for name, a in zip(names[1:], arrays[1:]):
+        if len(a) != n:
+            raise ArgumentTypeError(f"`x` has {n} rows but `{name}` has {len(a)}; they must match.")
+    return arrays, n
+
+
 def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weight=None,
                  policy: str = "data", drop_remainder=False):
     """Arrays (NumPy, pandas, lists) as a batched ``tf.data`` pipeline with a shard policy.
@@ -187,15 +202,7 @@ def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weig
     import tensorflow as tf
 
     batch_size = as_int(batch_size, "batch_size", minimum=1)
-    arrays = [_as_array(x, "x")]
-    if y is not None:
-        arrays.append(_as_array(y, "y"))
-    if sample_weight is not None:
-        arrays.append(_as_array(sample_weight, "sample_weight"))
-    n = len(arrays[0])
-    for name, a in zip(("y", "sample_weight"), arrays[1:]):
-        if len(a) != n:
-            raise ArgumentTypeError(f"`x` has {n} rows but `{name}` has {len(a)}; they must match.")
+    arrays, n = as_arrays(x, y, sample_weight)
     dataset = tf.data.Dataset.from_tensor_slices(tuple(arrays) if len(arrays) > 1 else arrays[0])
     if shuffle:
         dataset = dataset.shuffle(n, seed=seed, reshuffle_each_iteration=True)

@@ -245,8 +245,11 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     """
     import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
-    timeout = float(timeout)
-    if timeout <= 0:
+    try:
+        timeout = float(timeout)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"`timeout` must be a number of seconds, got {timeout!r}.") from None
+    if not timeout > 0:
         raise ArgumentTypeError(f"`timeout` must be a positive number of seconds, got {timeout}.")
     if cluster is None:
         cluster = local_cluster(as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),

@@ -72,6 +72,13 @@ def make_train_step(model, loss, optimizer, strategy, global_batch_size):
         optimizer.apply_gradients(zip(gradients, variables))
         return replica_loss
 
+    return _summed_step(replica_step, strategy)
+
+
+def _summed_step(replica_step, strategy):
+    """``replica_step`` on every replica, its results summed: the global mean loss."""
+    import tensorflow as tf
+
     @tf.function
     def step(batch):
         x, y = batch
@@ -83,21 +90,13 @@ def make_train_step(model, loss, optimizer, strategy, global_batch_size):
 
 def make_eval_step(model, loss, strategy, global_batch_size):
     """Like :func:`make_train_step`, without the update: the global mean loss of a batch."""
-    import tensorflow as tf
-
     global_batch_size = as_int(global_batch_size, "global_batch_size", minimum=1)
     per_example = _per_example_loss_fn(loss)
 
     def replica_step(x, y):
         return compute_loss(per_example(y, model(x, training=False)), global_batch_size)
 
-    @tf.function
-    def step(batch):
-        x, y = batch
-        per_replica = strategy.run(replica_step, args=(x, y))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-    return step
+    return _summed_step(replica_step, strategy)
 
 
 def train_loop(model, dataset, *, loss, optimizer, strategy, global_batch_size, epochs=1):

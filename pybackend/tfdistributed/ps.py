@@ -117,17 +117,11 @@ def _worker_context(strategy):
 
 def _array_source(x, y, sample_weight, *, what):
     """Arrays as a tuple for ``from_tensor_slices`` (checked, float32) and their length."""
-    from .data import _as_array
+    from .data import as_arrays
 
     if y is None:
         raise ArgumentTypeError(f"{what}(): with arrays, pass the targets as `y`.")
-    arrays = [_as_array(x, "x"), _as_array(y, "y")]
-    if sample_weight is not None:
-        arrays.append(_as_array(sample_weight, "sample_weight"))
-    n = len(arrays[0])
-    for name, a in zip(("y", "sample_weight"), arrays[1:]):
-        if len(a) != n:
-            raise ArgumentTypeError(f"`x` has {n} rows but `{name}` has {len(a)}; they must match.")
+    arrays, n = as_arrays(x, y, sample_weight)
     return tuple(arrays), n
 
 

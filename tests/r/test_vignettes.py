@@ -1,0 +1,87 @@
+"""Every vignette renders to HTML, for real, with the computed output a reader expects.
+
+Each vignette is knitted by scripts/render_vignette.R in a fresh Rscript process (the way
+`make docs` does it); a chunk error fails the render and so the test.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import subprocess
+
+import pytest
+
+from rsupport import ROOT, r_env
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+VIGNETTES = sorted(p.stem for p in (ROOT / "vignettes").glob("*.Rmd"))
+
+EXPECTED = {
+    "getting-started": ["replicas in sync: 2", "Did you mean 'mirrored'?", "data:image/png;base64",
+                        "central_storage"],
+    "multi-worker": ["[worker 1] Epoch 5/5", "Set the shard policy to 'data'",
+                     "Task worker 1 was killed by signal 9", "epochs run here: 3 4 5",
+                     'TF_CONFIG["task"]["index"] = 3 is out of range'],
+    "parameter-server": ["coordinator: test accuracy", "/job:ps/replica:0/task:0",
+                         "/job:ps/replica:0/task:1", "<tfdistributed strategy: parameter_server>"],
+    "custom-training-loops": ["mirrored_2_replicas", "epoch 3: mean loss"],
+    "callbacks-checkpoints": ["epoch-12.weights.h5", "events.out.tfevents", "data:image/png;base64"],
+}
+
+
+def text_of(page: str) -> str:
+    page = re.sub(r"<script.*?</script>|<style.*?</style>", "", page, flags=re.S)
+    return html.unescape(re.sub(r"<(?!img)[^>]+>", "", page))
+
+
+def test_every_vignette_is_checked():
+    assert VIGNETTES == sorted(EXPECTED)
+
+
+def test_no_chunk_is_skipped_except_installation():
+    for name in VIGNETTES:
+        source = (ROOT / "vignettes" / f"{name}.Rmd").read_text()
+        skipped = re.findall(r"```\{r ([\w-]+)[^}]*eval\s*=\s*FALSE", source)
+        assert skipped in ([], ["install"]), (name, skipped)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("docs")
+    pages, failures = {}, {}
+    for name in VIGNETTES:
+        done = subprocess.run(
+            ["Rscript", str(ROOT / "scripts" / "render_vignette.R"),
+             str(ROOT / "vignettes" / f"{name}.Rmd"), str(out)],
+            cwd=ROOT, env=r_env(), capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            failures[name] = done.stderr[-3000:]
+        else:
+            pages[name] = (out / f"{name}.html").read_text()
+    return pages, failures
+
+
+@pytest.mark.parametrize("name", VIGNETTES)
+def test_vignette_renders_with_its_results(rendered, name):
+    pages, failures = rendered
+    assert name not in failures, failures.get(name)
+    text = text_of(pages[name])
+    for expected in EXPECTED[name]:
+        assert expected in text or expected in pages[name], (name, expected)
+
+
+def test_accuracies_in_the_tutorials(rendered):
+    pages, _ = rendered
+    start = text_of(pages["getting-started"])
+    table = re.findall(r"#>\s+\d+\s+(default|one_device|mirrored|central_storage)\s+\d\s+([\d.]+)", start)
+    assert len(table) == 4 and all(float(acc) >= 0.9 for _, acc in table), table
+    ps_page = text_of(pages["parameter-server"])
+    coordinator = float(re.search(r"coordinator: test accuracy ([\d.]+)", ps_page).group(1))
+    assert coordinator >= 0.9
+    # The same weights in a plain single-process model evaluate to the same accuracy.
+    plain = float(re.search(r"#>\s+accuracy\s+loss\s*#>\s+([\d.]+)", ps_page).group(1))
+    assert plain == pytest.approx(coordinator, abs=5e-4)
+    loops = re.search(r"max\(abs\(two\$losses - one\$losses\)\)\s*#> \[1\] ([\d.e+-]+)",
+                      text_of(pages["custom-training-loops"]))
+    assert float(loops.group(1)) < 1e-4
