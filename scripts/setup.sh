@@ -79,8 +79,8 @@ if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
 fi
 
 # --- the bench extra (only with BENCH=1, i.e. `make bench`) -----------------------------------
-# tf_keras and matplotlib are needed by the benchmarks alone; keeping them out of every other
-# target's venv keeps legacy Keras off the import path of the tests.
+# tf_keras (the legacy-Keras reference) and matplotlib are needed by the benchmarks alone, so
+# only `make bench` pays for installing them.
 if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" != "$req_hash" ] \
    || ! "$VENV/bin/python" -c "import tf_keras, matplotlib, sklearn" >/dev/null 2>&1; }; then
   log "installing the bench extra (tf_keras, matplotlib) into $VENV"

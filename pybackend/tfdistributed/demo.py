@@ -107,6 +107,7 @@ def main(argv=None) -> int:
         print("  parameter_server (chief + 2 workers + 1 ps): done", flush=True)
     print()
     print(format_table(rows))
+    print("(seconds include building the model; cluster rows also start their processes)")
     docs = os.path.join(os.getcwd(), "docs")
     if os.path.isdir(docs):
         print(f"\nRendered tutorials: {docs}/*.html")

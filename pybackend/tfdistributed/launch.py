@@ -284,7 +284,11 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         base_env["PYTHONPATH"] = os.pathsep.join(
             paths + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
     if pin_cpus:
-        base_env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
+        base_env["TF_NUM_INTRAOP_THREADS"] = "1"
+        # A parameter-server cluster serves concurrent RPCs with blocking inter-op work: with a
+        # single inter-op thread its servers stall and the job hangs. TensorFlow sizes that pool
+        # by the cores a process may use, i.e. 1 once pinned, so PS tasks get an explicit 4.
+        base_env["TF_NUM_INTEROP_THREADS"] = "4" if ps_mode else "1"
     ncores = os.cpu_count() or 1
 
     started: list[_Task] = []

@@ -85,3 +85,12 @@ def test_accuracies_in_the_tutorials(rendered):
     loops = re.search(r"max\(abs\(two\$losses - one\$losses\)\)\s*#> \[1\] ([\d.e+-]+)",
                       text_of(pages["custom-training-loops"]))
     assert float(loops.group(1)) < 1e-4
+
+
+def test_model_saved_under_mirrored_evaluates_the_same_with_and_without_a_strategy(rendered):
+    pages, _ = rendered
+    text = text_of(pages["callbacks-checkpoints"])
+    rows = dict(re.findall(r"#> (trained|plain|mirrored)\s+([\d.]+)\s+[\d.]+", text))
+    assert set(rows) == {"trained", "plain", "mirrored"}
+    assert len(set(rows.values())) == 1, rows
+    assert float(rows["trained"]) >= 0.9

@@ -14,9 +14,9 @@ if (backend_available()) {
   options(tfdistributed.verbose = 0L)
 }
 
-# One strategy object per kind for the whole run. Two separate MirroredStrategy objects in one
-# process collide on TensorFlow's collective instance keys when they train models of different
-# shapes ("Shape mismatch in the collective instance 100"); reported to the backend.
+# One strategy object per kind for the whole run: creating strategies is not free. (Creating
+# them again also works: the backend gives CPU-only mirrored strategies a reduction that does
+# not share TensorFlow's collective keys; tests/python/test_strategies.py checks that.)
 strategies <- new.env()
 test_strategy <- function(kind) {
   if (is.null(strategies[[kind]])) {
