@@ -6,8 +6,11 @@
         model = ...; model.compile(...)
     tfd.fit(model, x, y, epochs=5, batch_size=64)
 
-Modules: strategies (by name), cluster (TF_CONFIG), data (sharding, TFDS), training (fit and
-evaluate under any strategy), compat (Keras 3 repairs), launch (local clusters), errors.
+Modules: strategies (by name), cluster (TF_CONFIG), data (sharding, TFDS), training (fit,
+evaluate and predict under any strategy), ps (parameter-server training on ClusterCoordinator),
+loops (custom training loops), checkpoints (multi-worker-safe saving and BackupAndRestore),
+compat (Keras 3 repairs), launch (local clusters, ``python -m tfdistributed launch``), errors,
+demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
