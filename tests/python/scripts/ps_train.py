@@ -157,6 +157,25 @@ def kill(outdir, pid):
             "steps_per_epoch": len(x_train) // BATCH}
 
 
+def sibling_worker_pid(task_index):
+    """PID of this cluster's worker ``task_index``: a ``tfdistributed server`` process that
+    launch() started with its own TF_CONFIG."""
+    import psutil
+
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "tfdistributed server" not in " ".join(p.info["cmdline"] or []):
+                continue
+            config = json.loads(p.environ().get("TF_CONFIG", "{}"))
+        except (psutil.Error, ValueError):
+            continue
+        if config.get("cluster") == cluster and config.get("task") == {"type": "worker",
+                                                                       "index": task_index}:
+            return p.pid
+    raise RuntimeError(f"worker {task_index} of this cluster is not running")
+
+
 def main(argv):
     outdir, mode, *rest = argv
     if mode == "train":
@@ -164,7 +183,7 @@ def main(argv):
     elif mode == "partition":
         result = partition(outdir)
     elif mode == "kill":
-        result = kill(outdir, int(rest[0]))
+        result = kill(outdir, sibling_worker_pid(1))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     with open(os.path.join(outdir, "result.json"), "w") as f:
