@@ -71,22 +71,24 @@ def _tf_message(error) -> str:
 _READER_OPS = ("TFRecordDataset", "FixedLengthRecordDataset", "TextLineDataset", "ArrayRecordDataset")
 
 
-def _reads_files(dataset) -> bool:
-    """Whether the pipeline reads files (TensorFlow's condition for sharding by file)."""
+def _dataset_ops(dataset) -> list[str]:
+    """The op types of ``dataset``'s graph, including those inside its functions (map...)."""
     from tensorflow.core.framework import graph_pb2
 
     graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
     ops = [node.op for node in graph.node]
     for function in graph.library.function:
         ops += [node.op for node in function.node_def]
-    return any(op.startswith(_READER_OPS) for op in ops)
+    return ops
+
+
+def _reads_files(dataset) -> bool:
+    """Whether the pipeline reads files (TensorFlow's condition for sharding by file)."""
+    return any(op.startswith(_READER_OPS) for op in _dataset_ops(dataset))
 
 
 def _has_memory_cache(dataset) -> bool:
-    from tensorflow.core.framework import graph_pb2
-
-    graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
-    return any(node.op.startswith("CacheDataset") for node in graph.node)
+    return any(op.startswith("CacheDataset") for op in _dataset_ops(dataset))
 
 
 def _shard_failure(dataset, num_shards):

@@ -61,11 +61,6 @@ class TaskResult:
     def name(self) -> str:
         return f"{self.task_type} {self.task_index}"
 
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 or (self.server and self.returncode is not None and
-                                        self.returncode < 0)
-
 
 @dataclass
 class LaunchResult:
@@ -326,6 +321,13 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             if on_output is not None:
                 on_output(line)
 
+    def stop(tasks):
+        """Stop ``tasks`` and pass on everything they printed."""
+        _kill_tree([t.proc for t in tasks], grace)
+        for t in started:
+            t.reader.join(timeout=grace)
+        drain()
+
     def results():
         out = []
         for t in started:
@@ -343,12 +345,12 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             task.reader = threading.Thread(target=reader, args=(task,), daemon=True)
             task.reader.start()
         primaries = [t for t in started if not t.server]
+        # In parameter-server training the coordinator re-runs a lost worker's steps on the
+        # other workers, so only the chief and the ps tasks are vital.
+        vital = [t for t in started if not (ps_mode and t.task_type == "worker")]
         lost: list[_Task] = []
         while True:
             drain()
-            # In parameter-server training the coordinator re-runs a lost worker's steps on the
-            # other workers, so only the chief and the ps tasks are vital.
-            vital = [t for t in started if not (ps_mode and t.task_type == "worker")]
             for t in started:
                 if t not in vital and t.proc.poll() is not None and t not in lost:
                     lost.append(t)
@@ -360,10 +362,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             if failed:
                 task = failed[0]
                 time.sleep(0.2)
-                _kill_tree([t.proc for t in started], grace)
-                for t in started:
-                    t.reader.join(timeout=grace)
-                drain()
+                stop(started)
                 code = task.proc.returncode
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
                 tail = "\n".join([ln for ln in task.lines if not _NOISE.match(ln)][-_TAIL:])
@@ -380,10 +379,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
                 never_started = [f"{r} {i} ({cluster[r][i]})" for r in cluster
                                  for i in range(len(cluster[r])) if (r, i) not in wanted]
                 running = [t.name for t in started if t.proc.poll() is None]
-                _kill_tree([t.proc for t in started], grace)
-                for t in started:
-                    t.reader.join(timeout=grace)
-                drain()
+                stop(started)
                 missing = never_started + not_joined
                 msg = f"The job did not finish within {timeout:g} s; every task was stopped."
                 if missing:
@@ -393,11 +389,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
                 msg += f" Still running at the timeout: {', '.join(running) or 'none'}."
                 raise LaunchTimeoutError(msg, results())
             time.sleep(0.05)
-        if ps_mode:
-            _kill_tree([t.proc for t in started if t.server], grace)
-        for t in started:
-            t.reader.join(timeout=grace)
-        drain()
+        stop([t for t in started if t.server])
         out = results()
         if is_function:
             for res, task in zip(out, started):

@@ -16,6 +16,7 @@ import pytest
 
 import tfdistributed as tfd
 from tfdistributed import ArgumentTypeError, TrainingError, ps
+from tfdistributed.demo import build_model
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ps_train.py")
 TIMEOUT = 240
@@ -69,14 +70,8 @@ def worker_killed(tmp_path_factory):
 
 
 def _digits_model():
-    import keras
-
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
-                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
-    model.compile(optimizer=keras.optimizers.Adam(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
-    return model
+    """The chief's model, without a strategy: to evaluate its weights in a plain process."""
+    return build_model(tfd.make_strategy("default"), seed=None, learning_rate=0.01)
 
 
 def _weights(outdir):

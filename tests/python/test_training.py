@@ -5,19 +5,7 @@ import pytest
 
 import tfdistributed as tfd
 from tfdistributed import TrainingError
-
-
-def build_digits_model(strategy, seed=1):
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    with strategy.scope():
-        model = keras.Sequential([keras.layers.Input((8, 8, 1)), keras.layers.Flatten(),
-                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
-        model.compile(optimizer=keras.optimizers.Adam(0.005),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
-    return model
+from tfdistributed.demo import build_model as build_digits_model
 
 
 def test_mirrored_on_two_logical_cpus_reaches_090(digits):

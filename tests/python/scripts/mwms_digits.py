@@ -29,14 +29,9 @@ ns = parser.parse_args()
 strategy = tfd.make_strategy("auto")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from tfdistributed.demo import build_model  # noqa: E402
 
-keras.utils.set_random_seed(1)
-with strategy.scope():
-    model = keras.Sequential([keras.layers.Input((8, 8, 1)), keras.layers.Flatten(),
-                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
-    model.compile(optimizer=keras.optimizers.Adam(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+model = build_model(strategy, seed=1, learning_rate=0.01)
 
 callbacks = []
 if ns.kill_at is not None:

@@ -18,25 +18,14 @@ import numpy as np
 
 import tfdistributed as tfd
 from tfdistributed import ps
+from tfdistributed.demo import build_model
 
 EPOCHS = 12
 BATCH = 64
 
 
 def digits_model(strategy):
-    import keras
-
-    with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((8, 8, 1)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(10),
-        ])
-        model.compile(optimizer=keras.optimizers.Adam(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
-    return model
+    return build_model(strategy, seed=None, learning_rate=0.01)
 
 
 def epoch_recorder(seen):
