@@ -22,7 +22,7 @@ import functools
 import os
 import shutil
 
-from .cluster import is_chief, read_tf_config
+from .cluster import is_checkpoint_writer, is_chief, read_tf_config
 
 
 def _task_suffix(config) -> str:
@@ -31,19 +31,24 @@ def _task_suffix(config) -> str:
 
 
 def write_path(path, config=None) -> str:
-    """Where this process should write a save meant for ``path`` (``path`` itself on the chief)."""
+    """Where this process should write a save meant for ``path`` (``path`` itself on the chief).
+
+    Only :func:`~tfdistributed.cluster.is_checkpoint_writer` tasks get ``path``: the chief (or
+    worker 0 without one, or a parameter-server coordinator). Every other task, the evaluator
+    included although TensorFlow calls it a chief, gets its own temporary path.
+    """
     path = os.fspath(path)
-    config = read_tf_config() if config is None else config
-    if not config or is_chief(config):
+    config = read_tf_config(config)
+    if is_checkpoint_writer(config):
         return path
     parent, name = os.path.split(os.path.normpath(path))
     return os.path.join(parent, _task_suffix(config), name)
 
 
 def remove_worker_temp(path, config=None) -> None:
-    """Delete this worker's temporary copy of a save meant for ``path`` (no-op on the chief)."""
-    config = read_tf_config() if config is None else config
-    if not config or is_chief(config):
+    """Delete this task's temporary copy of a save meant for ``path`` (no-op on the writer)."""
+    config = read_tf_config(config)
+    if is_checkpoint_writer(config):
         return
     temp = os.path.dirname(write_path(path, config))
     shutil.rmtree(temp, ignore_errors=True)

@@ -25,7 +25,7 @@ import re
 
 from . import compat
 from ._args import as_int
-from .cluster import read_tf_config
+from .cluster import num_workers, read_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
 
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage",
@@ -153,7 +153,25 @@ def _central_storage(devices=None, parameter_device=None, **_):
 def _multi_worker_mirrored(cluster_resolver=None, communication_options=None, **_):
     import tensorflow as tf
 
-    read_tf_config()
+    # Reading TF_CONFIG validates it and writes its normalized form back before TensorFlow
+    # reads it; then the task shapes TensorFlow's constructor would fail on are named here.
+    config = read_tf_config()
+    task = (config or {}).get("task")
+    if cluster_resolver is None and config and config["cluster"]:
+        if task is None:
+            raise StrategyError(
+                "'multi_worker_mirrored' needs to know which task this process is, and TF_CONFIG "
+                "has no \"task\" (that is only for the coordinator of parameter-server training): "
+                "add \"task\": {\"type\": \"worker\", \"index\": i}.")
+        if task["type"] == "ps":
+            raise StrategyError(
+                f"This process is the 'ps' task {task['index']}: ps tasks serve variables for "
+                f"'parameter_server' training and run tfdistributed.run_server(), they do not "
+                f"create a multi_worker_mirrored strategy.")
+        if task["type"] == "evaluator" and "evaluator" not in config["cluster"]:
+            raise StrategyError(
+                "This process is the evaluator, which is not part of the training cluster: create "
+                "a local strategy for it ('auto' does, or 'default' / 'mirrored').")
     try:
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=cluster_resolver, communication_options=communication_options)
@@ -171,16 +189,21 @@ def _parameter_server(cluster_resolver=None, variable_partitioner=None, **_):
 
     if cluster_resolver is None:
         config = read_tf_config()
-        if not config or "ps" not in config["cluster"]:
+        if not config or not config["cluster"].get("ps"):
             raise StrategyError(
-                "'parameter_server' needs a cluster with a chief, workers and ps tasks, and there is "
-                "none: set TF_CONFIG (tfdistributed.set_tf_config / R set_tf_config()), start the job "
-                "with launch(..., ps=1) / launch_cluster(..., ps = 1), or pass cluster_resolver=.")
-        if config["task"]["type"] != "chief":
+                "'parameter_server' needs a cluster with workers and ps tasks (and optionally a "
+                "chief), and there is none: set TF_CONFIG (tfdistributed.set_tf_config / R "
+                "set_tf_config()), start the job with launch(..., ps=1) / launch_cluster(..., "
+                "ps = 1), or pass cluster_resolver=.")
+        task = config.get("task")
+        # The coordinator is the chief, or, in a cluster without a chief, the process whose
+        # TF_CONFIG has no task: TensorFlow then adds it to the cluster as job "chief".
+        if task is not None and task["type"] != "chief":
             raise StrategyError(
-                f"This process is the {config['task']['type']!r} task {config['task']['index']}; in "
-                f"parameter-server training only the chief creates the strategy. Workers and ps "
-                f"tasks run tfdistributed.run_server() (the launcher does this for you).")
+                f"This process is the {task['type']!r} task {task['index']}; in parameter-server "
+                f"training only the chief creates the strategy (in a cluster without a chief: the "
+                f"coordinator, whose TF_CONFIG has no \"task\"). Workers and ps tasks run "
+                f"tfdistributed.run_server() (the launcher does this for you).")
         cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.experimental.ParameterServerStrategy(
         cluster_resolver, variable_partitioner=variable_partitioner)
@@ -205,10 +228,13 @@ def _auto_kind(num_cpu_devices=None) -> str:
     import tensorflow as tf
 
     config = read_tf_config()
-    if config:
-        if "ps" in config["cluster"]:
+    task = (config or {}).get("task")
+    # The evaluator is not part of the training cluster (TensorFlow's definition): it evaluates
+    # on its own devices, so it gets a local strategy.
+    if config and config["cluster"] and not (task and task["type"] == "evaluator"):
+        if config["cluster"].get("ps"):
             return "parameter_server"
-        if len(config["cluster"].get("worker", [])) + len(config["cluster"].get("chief", [])) > 1:
+        if num_workers(config) > 1:
             return "multi_worker_mirrored"
     if len(tf.config.list_logical_devices("GPU")) > 1:
         return "mirrored"
