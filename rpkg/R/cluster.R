@@ -2,10 +2,14 @@
 #'
 #' Builds and validates the `cluster` part of TF_CONFIG from `"host:port"`
 #' addresses. Every mistake (a missing port, the same address twice, ps tasks
-#' without a chief...) is an R error naming the field and the fix.
+#' without workers...) is an R error naming the field and the fix. Every role
+#' stays a JSON list in TF_CONFIG, even with one task: TensorFlow cannot read a
+#' job written as a bare string.
 #'
 #' @param workers Character vector of worker addresses (`"host:port"`).
-#' @param ps Character vector of parameter-server addresses, or `NULL`.
+#' @param ps Character vector of parameter-server addresses, or `NULL`. A
+#'   parameter-server cluster needs no chief: without one, the coordinator is
+#'   the process whose TF_CONFIG has no task (see [tf_task_config()]).
 #' @param chief Address of the chief, or `NULL`.
 #' @param evaluator Address of the evaluator, or `NULL`.
 #' @return A named list of character vectors (roles in TensorFlow's order), of
@@ -96,7 +100,9 @@ print.tfdistributed_cluster <- function(x, ...) {
 #' environment: see [set_tf_config()].
 #'
 #' @param cluster A cluster from [tf_cluster()] or [local_cluster()].
-#' @param task_type `"worker"`, `"chief"`, `"ps"` or `"evaluator"`.
+#' @param task_type `"worker"`, `"chief"`, `"ps"` or `"evaluator"`; `NULL` for
+#'   the coordinator of a parameter-server cluster without a chief (its
+#'   TF_CONFIG has no task: TensorFlow adds it to the cluster itself).
 #' @param task_index Index of the task within its role (from 0).
 #' @return A list with `cluster` and `task`, of class `tfdistributed_tf_config`.
 #'   `format()` gives the JSON text.
@@ -106,7 +112,7 @@ print.tfdistributed_cluster <- function(x, ...) {
 #' tf_task_config(local_cluster(2), "worker", 1)
 #' }
 tf_task_config <- function(cluster, task_type = "worker", task_index = 0) {
-  task_type <- as_string(task_type, "task_type")
+  task_type <- as_string(task_type, "task_type", allow_null = TRUE)
   task_index <- as_integer(task_index, "task_index", minimum = 0L)
   config <- with_backend(backend()$tf_config(cluster_to_py(cluster), task_type, task_index))
   as_tfdistributed_tf_config(config)
@@ -143,7 +149,11 @@ format.tfdistributed_tf_config <- function(x, ...) {
 
 #' @export
 print.tfdistributed_tf_config <- function(x, ...) {
-  cat("<TF_CONFIG> task:", x$task$type, x$task$index, "\n")
+  if (is.null(x$task)) {
+    cat("<TF_CONFIG> no task: the coordinator of parameter-server training\n")
+  } else {
+    cat("<TF_CONFIG> task:", x$task$type, x$task$index, "\n")
+  }
   print(x$cluster)
   invisible(x)
 }
@@ -155,6 +165,17 @@ print.tfdistributed_tf_config <- function(x, ...) {
 #' [distribute_strategy()]: TensorFlow reads TF_CONFIG when the strategy is
 #' created. [launch_cluster()] sets it for every task it starts, so scripts run
 #' by it need not call this.
+#'
+#' A TF_CONFIG set some other way (by Kubernetes, Vertex AI, Ray, or with
+#' `Sys.setenv(TF_CONFIG = jsonlite::toJSON(...))`) is read the way TensorFlow
+#' reads it. Keys TensorFlow ignores (Vertex AI's `job`, `environment`,
+#' `trial`...) are kept. Shapes TensorFlow would crash on but whose meaning is
+#' clear are rewritten in the environment before TensorFlow reads them: a
+#' one-task job written as a bare string (`auto_unbox = TRUE`), a type or index
+#' written as a one-element array (without `auto_unbox`), an index written as
+#' text, a chief called `"master"`. Anything else TensorFlow cannot use is an
+#' R error naming the field, including `TF_CONFIG=""` (use
+#' [clear_tf_config()] or `Sys.unsetenv("TF_CONFIG")` to unset it).
 #'
 #' @param cluster A cluster from [tf_cluster()] or [local_cluster()].
 #' @param task_type,task_index Which task this process is.
@@ -184,9 +205,11 @@ set_tf_config <- function(cluster = NULL, task_type = "worker", task_index = 0, 
   }
   set <- with_backend(backend()$set_tf_config(if (inherits(config, "tfdistributed_tf_config"))
     tf_config_to_py(config) else config))
-  set <- as_tfdistributed_tf_config(set)
-  Sys.setenv(TF_CONFIG = format(set))
-  invisible(set)
+  # The backend's own JSON, not a round trip through R lists, so keys we do not read keep
+  # their exact shape.
+  os <- reticulate::import("os", convert = TRUE)
+  Sys.setenv(TF_CONFIG = os$environ$get("TF_CONFIG"))
+  invisible(as_tfdistributed_tf_config(set))
 }
 
 #' @rdname set_tf_config
@@ -206,12 +229,14 @@ clear_tf_config <- function() {
 
 # Python's os.environ is a copy taken when Python started: a TF_CONFIG set later with R's
 # Sys.setenv() would be invisible to TensorFlow. R's value wins, as the user set it last.
+# An empty TF_CONFIG is passed on, not dropped: TensorFlow cannot read one, so the backend
+# says so, as it does for a Python process started with TF_CONFIG="".
 sync_tf_config <- function() {
   backend()
   os <- reticulate::import("os", convert = TRUE)
   value <- Sys.getenv("TF_CONFIG", unset = NA)
   current <- os$environ$get("TF_CONFIG")
-  if (is.na(value) || !nzchar(value)) {
+  if (is.na(value)) {
     if (!is.null(current)) {
       os$environ$pop("TF_CONFIG")
     }
@@ -223,9 +248,15 @@ sync_tf_config <- function() {
 
 #' Where this task stands in the cluster
 #'
-#' `is_chief()`: does this process own shared writes (the chief, or worker 0
-#' when there is no chief)? `num_workers()`: how many tasks train in lock-step
-#' (1 without TF_CONFIG).
+#' `is_chief()`: is this task a chief as TensorFlow defines it: the chief,
+#' worker 0 when there is no chief, the evaluator (its own one-task cluster),
+#' or the coordinator of a parameter-server cluster without a chief (`TRUE`
+#' without TF_CONFIG). Saving functions such as [save_model_distributed()]
+#' never let the evaluator write training checkpoints, although it is a chief.
+#' `num_workers()`: how many tasks run training steps (chief and workers; the
+#' workers of a parameter-server cluster; 1 for the evaluator and without
+#' TF_CONFIG).
+
 #'
 #' @param config A TF_CONFIG (list or JSON text); default this process's.
 #' @return A logical / an integer.

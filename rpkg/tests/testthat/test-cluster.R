@@ -20,8 +20,8 @@ test_that("malformed clusters are R errors naming the field and the fix", {
                class = "tfdistributed_cluster_config_error")
   expect_error(tf_cluster(workers = c("127.0.0.1:2222", "127.0.0.1:2222")), "every task needs its own host:port",
                class = "tfdistributed_error")
-  expect_error(tf_cluster(workers = "127.0.0.1:1", ps = "127.0.0.1:2"), "needs a chief",
-               class = "tfdistributed_error")
+  expect_error(tf_cluster(workers = character(0), ps = "127.0.0.1:2", chief = "127.0.0.1:3"),
+               'has "ps" tasks but no "worker"', class = "tfdistributed_cluster_config_error")
   expect_error(tf_cluster(workers = 2222), "character vector", class = "tfdistributed_error")
   expect_error(tf_cluster(), "needs `workers`", class = "tfdistributed_error")
   expect_error(tf_cluster(workers = "127.0.0.1:1", chief = c("127.0.0.1:2", "127.0.0.1:3")),
@@ -85,4 +85,68 @@ test_that("a TF_CONFIG set with Sys.setenv() after Python started is seen by the
   expect_identical(num_workers(), 3L)
   Sys.setenv(TF_CONFIG = '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "chief"}}')
   expect_error(get_tf_config(), "no 'chief' task", class = "tfdistributed_error")
+})
+
+test_that("a parameter-server cluster without a chief has a coordinator without a task", {
+  skip_if_no_backend()
+  cl <- tf_cluster(workers = c("127.0.0.1:5000", "127.0.0.1:5001"), ps = "127.0.0.1:5002")
+  expect_identical(names(cl), c("worker", "ps"))
+  coordinator <- tf_task_config(cl, task_type = NULL)
+  expect_null(coordinator$task)
+  expect_output(print(coordinator), "no task: the coordinator")
+  expect_true(is_chief(coordinator))
+  expect_identical(num_workers(coordinator), 2L)
+  expect_error(tf_task_config(cl, "chief", 0), "has no \"task\"", class = "tfdistributed_cluster_config_error")
+})
+
+# TF_CONFIG text exactly as jsonlite::toJSON() writes it (tests/r/test_rpy2.py checks these
+# strings against jsonlite itself): with auto_unbox = TRUE a one-task job is a bare string,
+# without it every scalar is a one-element array. TensorFlow crashes on both.
+unboxed <- '{"cluster":{"worker":"127.0.0.1:2222"},"task":{"type":"worker","index":0}}'
+boxed <- '{"cluster":{"worker":["127.0.0.1:2222","127.0.0.1:2223"]},"task":{"type":["worker"],"index":[1]}}'
+
+test_that("TF_CONFIG written with jsonlite is normalized for TensorFlow, in R's environment too", {
+  skip_if_no_backend()
+  withr::defer(clear_tf_config())
+  Sys.setenv(TF_CONFIG = unboxed)
+  expect_identical(get_tf_config()$cluster$worker, "127.0.0.1:2222")
+  # The rewrite happened in the process environment, which R and TensorFlow share.
+  expect_identical(Sys.getenv("TF_CONFIG"),
+                   '{"cluster": {"worker": ["127.0.0.1:2222"]}, "task": {"type": "worker", "index": 0}}')
+  resolver <- reticulate::import("tensorflow")$distribute$cluster_resolver$TFConfigClusterResolver()
+  expect_identical(resolver$cluster_spec()$as_dict()$worker, "127.0.0.1:2222")
+  Sys.setenv(TF_CONFIG = boxed)
+  expect_identical(get_tf_config()$task, list(type = "worker", index = 1L))
+  expect_identical(num_workers(), 2L)
+  expect_false(is_chief())
+})
+
+test_that("Vertex AI / AI Platform keys are kept and 'master' is the chief", {
+  skip_if_no_backend()
+  withr::defer(clear_tf_config())
+  Sys.setenv(TF_CONFIG = paste0(
+    '{"cluster": {"master": ["cmle-training-master-0:2222"]}, "environment": "cloud", ',
+    '"task": {"type": "master", "index": 0, "trial": "2", "cloud": "c"}, ',
+    '"job": {"scale_tier": "BASIC"}}'))
+  config <- get_tf_config()
+  expect_identical(config$cluster$chief, "cmle-training-master-0:2222")
+  expect_identical(config$task$type, "chief")
+  expect_identical(config$task$trial, "2")
+  expect_identical(config$job$scale_tier, "BASIC")
+  expect_true(is_chief())
+  # A one-replica job: "auto" needs no cluster strategy.
+  expect_identical(strategy_info(distribute_strategy("auto"))$kind, "default")
+  set <- set_tf_config(config = Sys.getenv("TF_CONFIG"))
+  expect_identical(set$environment, "cloud")
+  expect_match(Sys.getenv("TF_CONFIG"), '"job": {"scale_tier": "BASIC"}', fixed = TRUE)
+})
+
+test_that("an empty TF_CONFIG is an error, as it is for TensorFlow", {
+  skip_if_no_backend()
+  withr::defer(clear_tf_config())
+  Sys.setenv(TF_CONFIG = "")
+  expect_error(get_tf_config(), "set but empty.*Sys.unsetenv", class = "tfdistributed_cluster_config_error")
+  expect_error(distribute_strategy("auto"), "set but empty", class = "tfdistributed_cluster_config_error")
+  Sys.unsetenv("TF_CONFIG")
+  expect_null(get_tf_config())
 })
