@@ -11,8 +11,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import tfdistributed as tfd
 
+pytestmark = pytest.mark.cluster
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "platform_tf_config.py")
 TIMEOUT = 180
 
