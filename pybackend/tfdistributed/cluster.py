@@ -61,7 +61,9 @@ afterwards, never meets a shape it would crash on.
 Roles, as TensorFlow defines them: :func:`is_chief` is ``multi_worker_util.is_chief`` (the chief,
 worker 0 without a chief, and the evaluator), plus the coordinator of a parameter-server cluster
 without a chief, which has no task. :func:`is_checkpoint_writer` is who writes training
-checkpoints: the same minus the evaluator, which evaluates but never trains.
+checkpoints: the same minus the evaluator, which evaluates but never trains, and minus worker 0
+of a parameter-server cluster without a chief, which only serves (the coordinator writes).
+
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def _near_miss(mapping: Mapping, wanted: str, path: list) -> str:
 
 def _unbox(value):
     """``["x"]`` -> ``"x"``: R's ``jsonlite::toJSON()`` writes every scalar as a 1-element array."""
-    if isinstance(value, (list, tuple)) and len(value) == 1 and not isinstance(value[0], (list, tuple, Mapping)):
+    if (isinstance(value, (list, tuple)) and len(value) == 1
+            and not isinstance(value[0], (list, tuple, Mapping))):
         return value[0]
     return value
 
@@ -300,9 +303,11 @@ def _task(config: Mapping, cluster: dict):
     role = ROLE_ALIASES.get(role, role)
     if role not in cluster and role != "evaluator":
         if "cluster" in config:
-            why = f'there is no {role!r} task in TF_CONFIG["cluster"] (it has: {", ".join(cluster) or "nothing"})'
+            present = ", ".join(cluster) or "nothing"
+            why = f'there is no {role!r} task in TF_CONFIG["cluster"] (it has: {present})'
         else:
-            why = f'TF_CONFIG has no "cluster" listing the tasks; add "cluster": {{"{role}": ["host:port", ...]}}'
+            why = (f'TF_CONFIG has no "cluster" listing the tasks; add "cluster": '
+                   f'{{"{role}": ["host:port", ...]}}')
         if role == "chief" and cluster.get("ps"):
             why += ('; the coordinator of a parameter-server cluster without a chief has no "task": '
                     'remove it, or add "chief": ["host:port"] to the cluster')
@@ -524,8 +529,22 @@ def is_loopback(address: str) -> bool:
 
 
 def check_loopback(cluster) -> dict:
-    """Refuse any address off this machine: local clusters are unauthenticated gRPC servers."""
+    """Refuse any address off this machine: local clusters are unauthenticated gRPC servers.
+
+    Also refuses what a local cluster cannot run: no task at all, or ps tasks without a chief
+    (TensorFlow allows that, the coordinator being outside the cluster, but :func:`launch`
+    runs the program as the chief).
+    """
     cluster = validate_cluster(cluster)
+    if not cluster.get("chief") and not cluster.get("worker"):
+        raise ClusterConfigError(
+            f'{_field(["cluster"])} has no "worker" or "chief" task: list at least one worker.')
+    if cluster.get("ps") and not cluster.get("chief"):
+        raise ClusterConfigError(
+            f'{_field(["cluster"])} has ps tasks but no "chief": a local parameter-server cluster '
+            f'runs your program as the chief (the coordinator); add "chief": ["127.0.0.1:port"], '
+            f'or let local_cluster(..., chief=True) pick it.')
+
     for role, addresses in cluster.items():
         for i, address in enumerate(addresses):
             if not is_loopback(address):

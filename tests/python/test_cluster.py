@@ -112,6 +112,15 @@ def test_non_loopback_address_refused_for_local_clusters():
     tfd.check_loopback({"worker": ["localhost:1", "[::1]:2", "127.0.0.5:3"]})
 
 
+def test_local_clusters_need_what_launch_runs():
+    with pytest.raises(ClusterConfigError, match='no "worker" or "chief"'):
+        tfd.check_loopback({})
+    # Valid TF_CONFIG for TensorFlow, but launch() runs the program as the chief.
+    with pytest.raises(ClusterConfigError, match="runs your program as the chief"):
+        tfd.check_loopback({"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]})
+
+
+
 def test_local_cluster_argument_errors():
     with pytest.raises(tfd.ArgumentTypeError, match="2L"):
         tfd.local_cluster(workers=2.0)
