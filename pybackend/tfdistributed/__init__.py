@@ -8,19 +8,21 @@
 
 Modules: strategies (by name), cluster (TF_CONFIG), data (sharding, TFDS), training (fit,
 evaluate and predict under any strategy), ps (parameter-server training on ClusterCoordinator),
-loops (custom training loops), checkpoints (multi-worker-safe saving and BackupAndRestore),
+loops (custom training loops), generators (R generators served from R's main thread,
+sharded TFRecord/CSV files), checkpoints (multi-worker-safe saving and BackupAndRestore),
 compat (Keras 3 repairs), launch (local clusters, ``python -m tfdistributed launch``), errors,
 demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
 
-from . import checkpoints, loops
+from . import checkpoints, generators, loops
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_chief,
                       local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
 from .data import (SHARD_POLICIES, check_sharding, digits_arrays, global_batch_size, load_tfds,
                    make_dataset, shard_policy, with_shard_policy, write_digits_tfds)
+from .generators import GeneratorError, read_shards, write_shards
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      ShardingError, StrategyError, TFDistributedError, TrainingError)
 from .launch import LaunchResult, TaskResult, launch, run_server
@@ -30,15 +32,21 @@ from .training import evaluate, fit, predict
 
 __version__ = "0.1.0"
 
+# Keras repairs in place for any Keras use in this process, plain model.fit included, from now
+# on or as soon as Keras is imported (TensorFlow itself is still not imported here).
+from . import compat as _compat  # noqa: E402
+
+_compat.install()
+
 __all__ = [
     "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES", "checkpoints", "loops",
     "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
-    "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
+    "GeneratorError", "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size", "is_chief",
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
-    "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
+    "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
-    "write_digits_tfds",
+    "write_digits_tfds", "write_shards", "generators",
 ]

@@ -8,9 +8,12 @@
 #' strategy.
 #'
 #' R data: numeric matrices, arrays and vectors (doubles become float32,
-#' integers int32), data frames of numeric columns, and factors as labels
-#' (0-based codes). Or pass a `tf.data.Dataset` yielding `(inputs, targets)`
-#' batches of the global batch size as `x`.
+#' integers int32), data frames of numeric columns, factors as labels
+#' (0-based codes), and named lists of those for models with named inputs.
+#' Or pass a `tf.data.Dataset` yielding `(inputs, targets)` batches of the
+#' global batch size as `x`. Keras' own `model$fit()` works under every
+#' strategy too once the package is loaded (the Keras repairs are installed
+#' when Python starts).
 #'
 #' @param model A compiled Keras model, built inside `with(strategy$scope(), ...)`.
 #' @param x Inputs (see Details) or a `tf.data.Dataset`.
@@ -19,7 +22,13 @@
 #' @param epochs Number of epochs.
 #' @param batch_size Global batch size (arrays only); must divide evenly over
 #'   the replicas, see [global_batch_size()].
-#' @param validation_data `list(x, y)` or a `tf.data.Dataset`.
+#' @param validation_data `list(x, y)`, `list(x, y, sample_weight)` or a
+#'   `tf.data.Dataset`.
+#' @param validation_split Fraction of the rows (arrays only) held out for
+#'   validation, as Keras does: the last rows, taken before shuffling and
+#'   sharding. Ignored when `validation_data` is given.
+#' @param class_weight A named list or named numeric vector mapping class
+#'   indices (0-based, as names) to weights, e.g. `c("0" = 1, "1" = 2.5)`.
 #' @param callbacks A Keras callback or a list of them.
 #' @param shard_policy How a multi-worker job splits the data; see
 #'   [dataset_shard_policy()].
@@ -59,10 +68,15 @@
 #' evaluate_distributed(model, digits$test$x, digits$test$y)
 #' }
 fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_size = NULL,
-                            validation_data = NULL, callbacks = NULL, shard_policy = NULL,
-                            shuffle = TRUE, seed = NULL, steps_per_epoch = NULL,
-                            sample_weight = NULL, check_shards = TRUE,
+                            validation_data = NULL, validation_split = NULL, callbacks = NULL,
+                            shard_policy = NULL, shuffle = TRUE, seed = NULL,
+                            steps_per_epoch = NULL, sample_weight = NULL, class_weight = NULL,
+                            check_shards = TRUE,
                             verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  # Data made by R code is served from R's main thread while training runs (generators.R).
+  if (!missing(x) && is_generator_dataset(x)) {
+    return(serve_training(match.call(), x, parent.frame(), "fit"))
+  }
   check_model(model)
   check_strategy(strategy, allow_null = TRUE)
   epochs <- as_integer(epochs, "epochs", minimum = 1L)
@@ -76,7 +90,9 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, bat
   history <- with_backend(backend()$fit(
     model, to_numpy(x, "x"), to_numpy(y, "y"),
     strategy = strategy, epochs = epochs, batch_size = batch_size,
-    validation_data = validation_arg(validation_data), callbacks = callbacks_arg(callbacks),
+    validation_data = validation_arg(validation_data),
+    validation_split = as_fraction(validation_split, "validation_split"),
+    class_weight = class_weight_arg(class_weight), callbacks = callbacks_arg(callbacks),
     shard_policy = shard_policy, shuffle = as_flag(shuffle, "shuffle"), seed = seed,
     steps_per_epoch = steps_per_epoch, sample_weight = to_numpy(sample_weight, "sample_weight"),
     check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
@@ -93,6 +109,9 @@ evaluate_distributed <- function(model, x, y = NULL, strategy = NULL, batch_size
                                  shard_policy = NULL, sample_weight = NULL, steps = NULL,
                                  check_shards = TRUE,
                                  verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  if (!missing(x) && is_generator_dataset(x)) {
+    return(serve_training(match.call(), x, parent.frame(), "evaluate"))
+  }
   check_model(model)
   check_strategy(strategy, allow_null = TRUE)
   batch_size <- as_integer(batch_size, "batch_size", minimum = 1L, allow_null = TRUE)
@@ -122,12 +141,39 @@ validation_arg <- function(validation_data) {
   if (is.null(validation_data) || is_py(validation_data)) {
     return(validation_data)
   }
-  if (!is.list(validation_data) || is.data.frame(validation_data) || length(validation_data) != 2) {
-    abort("`validation_data` must be list(x, y) or a tf.data.Dataset, got ",
-          describe(validation_data), ".")
+  if (!is.list(validation_data) || is.data.frame(validation_data) ||
+      !length(validation_data) %in% c(2, 3)) {
+    abort("`validation_data` must be list(x, y), list(x, y, sample_weight) or a ",
+          "tf.data.Dataset, got ", describe(validation_data), ".")
   }
-  reticulate::tuple(to_numpy(validation_data[[1]], "validation x"),
-                    to_numpy(validation_data[[2]], "validation y"))
+  parts <- Map(to_numpy, validation_data, c("validation x", "validation y",
+                                            "validation sample_weight")[seq_along(validation_data)])
+  do.call(reticulate::tuple, unname(parts))
+}
+
+as_fraction <- function(x, name) {
+  if (is.null(x)) {
+    return(NULL)
+  }
+  if (!is.numeric(x) || length(x) != 1 || is.na(x) || x <= 0 || x >= 1) {
+    abort("`", name, "` must be a fraction between 0 and 1 (e.g. ", name, " = 0.2), got ",
+          describe(x), ".")
+  }
+  as.numeric(x)
+}
+
+class_weight_arg <- function(class_weight) {
+  if (is.null(class_weight)) {
+    return(NULL)
+  }
+  classes <- suppressWarnings(as.integer(names(class_weight)))
+  if (!(is.numeric(class_weight) || is.list(class_weight)) || is.null(names(class_weight)) ||
+      anyNA(classes)) {
+    abort("`class_weight` must be named by class index, e.g. c(\"0\" = 1, \"1\" = 2.5), got ",
+          describe(class_weight), ".")
+  }
+  weights <- as.numeric(unlist(class_weight))
+  reticulate::py_dict(as.list(classes), as.list(weights))
 }
 
 callbacks_arg <- function(callbacks) {

@@ -1,0 +1,722 @@
+"""Data bigger than memory: batches produced by an R function, and sharded files.
+
+**Why R generators need their own path.** ``tf.data.Dataset.from_generator(<R function>)``
+given to Keras ``fit`` hangs, even under the default strategy: TensorFlow calls the generator
+on one of its own threads, reticulate can run R code only on R's main thread, and that thread
+is blocked inside ``fit`` waiting for the batch. No amount of prefetching on TensorFlow's side
+fixes that, because every R call still has to wait for a main thread that never comes back.
+
+**The design here (no deadlock by construction).** Training runs on a Python thread
+(:class:`TrainingJob`); R's main thread stays free and *serves* the generator: it calls the R
+function, hands the batch to :meth:`BatchFeed.put`, and waits for space with
+:meth:`BatchFeed.free_slots`, which returns at least every few milliseconds. The feed is a
+bounded buffer (``capacity`` batches): R produces the next batches while TensorFlow trains on
+the current ones, and R never runs more than ``capacity`` batches ahead. TensorFlow reads the
+buffer through ``from_generator`` with a pure-Python generator, so no TensorFlow thread ever
+needs R. Because the R loop only makes short Python calls, an R interrupt (Ctrl-C) is noticed
+within one wait, and an error in the R function stops training at once: :meth:`BatchFeed.fail`
+makes the next read in TensorFlow raise, ``fit`` returns with that error, and the R side joins
+the thread before it reports the R error. The alternative - R calling ``fit`` and TensorFlow
+calling back into R - is the design that hangs.
+
+Under ``multi_worker_mirrored`` every worker process runs its own R loop and its own
+generator, which is told the worker's index and the number of workers; each worker's stream
+is its own shard, so the feed's dataset has the shard policy ``"off"`` (TensorFlow must not
+drop parts of it). Under ``parameter_server`` the per-worker input pipelines run inside the
+workers' TensorFlow servers, which have no R (and a ``from_generator`` function cannot be
+shipped to another process): :func:`check_strategy` refuses with a message pointing to
+sharded files (:func:`write_shards`, :func:`read_shards`), which every worker reads with
+TensorFlow's own readers.
+
+Also here: :func:`find_host_generators`, which spots a raw ``from_generator`` dataset (its
+generator runs as a Python callback inside TensorFlow), so the R package can run such a
+dataset the same way instead of hanging.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import threading
+import time
+import warnings
+
+from ._args import as_int, as_str
+from .errors import ArgumentTypeError, TFDistributedError
+
+DEFAULT_CAPACITY = 8
+FORMATS = ("tfrecord", "csv")
+SCHEMA_FILE = "schema.json"
+
+
+class GeneratorError(TFDistributedError, RuntimeError):
+    """An R (or Python) batch generator failed, returned a bad batch, or cannot run here."""
+
+
+# Listed under tfdistributed.errors like the rest of the family, so the R package gives it the
+# condition class `tfdistributed_generator_error` (it derives R classes from that module path).
+GeneratorError.__module__ = "tfdistributed.errors"
+
+SIGNATURE_HELP = ("The generator must return list(x, y) or list(x, y, sample_weight) for each "
+                  "batch (NULL to end an epoch), where x is a numeric array (or a list of them "
+                  "for several inputs) whose first dimension is the batch, y the targets with "
+                  "the same first dimension.")
+
+
+def _as_batch_array(value, where: str):
+    import numpy as np
+
+    array = np.asarray(value)
+    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        raise GeneratorError(f"{where} is not numeric (got {type(value).__name__}). {SIGNATURE_HELP}")
+    if array.ndim == 0:
+        raise GeneratorError(f"{where} is a single number, not a batch: it needs a first (batch) "
+                             f"dimension. {SIGNATURE_HELP}")
+    if array.dtype == np.float64 or array.dtype == bool:
+        array = array.astype(np.float32)
+    elif array.dtype == np.int64:
+        array = array.astype(np.int32)
+    return np.ascontiguousarray(array)
+
+
+def _as_structure(batch, number: int):
+    """``batch`` as ``(x, y[, sample_weight])`` of arrays, x possibly a list/dict of arrays."""
+    if isinstance(batch, dict):
+        raise GeneratorError(f"Batch {number} is a named list; {SIGNATURE_HELP}")
+    if not isinstance(batch, (list, tuple)) or len(batch) not in (2, 3):
+        got = f"a list of length {len(batch)}" if isinstance(batch, (list, tuple)) else \
+            type(batch).__name__
+        raise GeneratorError(f"Batch {number} is {got}. {SIGNATURE_HELP}")
+    x, *rest = batch
+    if isinstance(x, dict):
+        x = {str(k): _as_batch_array(v, f"Batch {number}: input {k!r}") for k, v in x.items()}
+    elif isinstance(x, (list, tuple)):
+        x = tuple(_as_batch_array(v, f"Batch {number}: input {i + 1}") for i, v in enumerate(x))
+    else:
+        x = _as_batch_array(x, f"Batch {number}: x")
+    names = ("y", "sample_weight")
+    return (x, *[_as_batch_array(v, f"Batch {number}: {names[i]}") for i, v in enumerate(rest)])
+
+
+def _leaves(structure):
+    import tensorflow as tf
+
+    return tf.nest.flatten(structure)
+
+
+def _layout(structure):
+    """A cheap, comparable description of a batch's nesting (not its arrays)."""
+    x = structure[0]
+    inputs = tuple(sorted(x)) if isinstance(x, dict) else len(x) if isinstance(x, tuple) else None
+    return len(structure), inputs
+
+
+def describe_signature(spec) -> str:
+    """``x: float32 (None, 8, 8, 1), y: int32 (None,)`` for a batch's element spec."""
+    import tensorflow as tf
+
+    names = ["x", "y", "sample_weight"]
+    parts = []
+    for name, part in zip(names, spec):
+        for i, leaf in enumerate(tf.nest.flatten(part)):
+            label = name if len(tf.nest.flatten(part)) == 1 else f"{name}[{i + 1}]"
+            parts.append(f"{label}: {leaf.dtype.name} {tuple(leaf.shape.as_list())}")
+    return ", ".join(parts)
+
+
+class BatchFeed:
+    """A bounded buffer of batches between R's main thread (producer) and TensorFlow (consumer).
+
+    The producer calls :meth:`free_slots` (waits briefly), then :meth:`put` or
+    :meth:`end_pass` that many times; :meth:`fail` reports an error in the generator. The
+    consumer is :meth:`dataset`, a ``tf.data.Dataset`` whose elements are the batches put here.
+    ``passes``: how many NULL-terminated passes to produce (``None``: until training stops).
+    ``stream``: the dataset is one endless stream and a NULL only means that the generator
+    starts over (for ``steps_per_epoch``); otherwise a NULL ends the dataset's iteration (an
+    epoch).
+
+    The buffer is a TensorFlow ``FIFOQueue`` that the dataset dequeues from inside its own graph:
+    reading a batch needs neither Python nor the GIL, so TensorFlow's input thread never waits
+    for R's main thread or for Python code (a ``from_generator`` callback would cost a Python
+    call per batch, and measured here halved the throughput of a small model). Every element
+    starts with a flag: a batch, the end of a pass (an epoch), or a stop. A stop (the generator
+    failed, or the job was stopped) also flips a variable the dataset checks before every
+    batch, so training stops at the next step even with batches still buffered.
+    """
+
+    _BATCH, _END_PASS, _STOP = 0, 1, 2
+
+    def __init__(self, capacity=DEFAULT_CAPACITY, passes=None, stream=False):
+        self._capacity = as_int(capacity, "prefetch", minimum=1)
+        self._stream = bool(stream)
+        self._passes = as_int(passes, "passes", minimum=1, allow_none=True)
+        self._lock = threading.Lock()
+        self._spec = None
+        self._layout = None
+        self._queue = None
+        self._stopped = None
+        self._failure: str | None = None
+        self._closed = False
+        self.batches = 0
+        self.passes_done = 0
+        self._batches_in_pass = 0
+
+    # --- producer side (R's main thread) -------------------------------------------------------
+
+    @property
+    def signature(self):
+        return self._spec
+
+    @property
+    def failure(self):
+        return self._failure
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the producer should stop (training ended, failed, or all passes made)."""
+        return self._done()
+
+    def _done(self) -> bool:
+        return self._closed or self._failure is not None or (
+            self._passes is not None and self.passes_done >= self._passes)
+
+    def free_slots(self, timeout=0.01) -> int:
+        """Free places in the buffer, waiting up to ``timeout`` s for one; -1: stop producing.
+
+        Polls every millisecond: the consumer is TensorFlow's graph, which cannot signal back.
+        Only this producer adds elements, so the slots returned stay free until it fills them.
+        """
+        deadline = time.monotonic() + float(timeout)
+        while True:
+            if self._done():
+                return -1
+            free = self._capacity - (0 if self._queue is None else self._size())
+            if free > 0 or time.monotonic() >= deadline:
+                return max(free, 0)
+            time.sleep(0.001)
+
+    def _start(self, structure):
+        import tensorflow as tf
+
+        self._spec = tf.nest.map_structure(
+            lambda a: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype)), structure)
+        dtypes = [tf.int32] + [spec.dtype for spec in _leaves(self._spec)]
+        # One slot more than the prefetch: room for the stop element even when R is ahead.
+        self._queue = tf.queue.FIFOQueue(self._capacity + 1, dtypes, shapes=None)
+        self._stopped = tf.Variable(False, trainable=False, name="batch_feed_stopped")
+        self._flags = {flag: tf.constant(flag, tf.int32)
+                       for flag in (self._BATCH, self._END_PASS, self._STOP)}
+
+    def _enqueue(self, flag, leaves):
+        import tensorflow as tf
+        from tensorflow.python.ops import gen_data_flow_ops
+
+        # The raw op: FIFOQueue.enqueue's Python wrapper costs ~10x the op itself, and this runs
+        # once per batch on R's main thread.
+        gen_data_flow_ops.queue_enqueue_v2(
+            self._queue.queue_ref, [self._flags[flag], *map(tf.convert_to_tensor, leaves)])
+
+    def _size(self) -> int:
+        from tensorflow.python.ops import gen_data_flow_ops
+
+        return int(gen_data_flow_ops.queue_size_v2(self._queue.queue_ref))
+
+    def _marker(self, flag):
+        import numpy as np
+
+        return [np.zeros((0,) + tuple(s.shape[1:]), s.dtype.as_numpy_dtype)
+                for s in _leaves(self._spec)]
+
+    def put(self, batch) -> None:
+        """Add one batch (checked against the first batch's signature)."""
+        number = self.batches + 1
+        structure = _as_structure(batch, number)
+        leaves = _leaves(structure)
+        sizes = {int(a.shape[0]) for a in leaves}
+        if len(sizes) != 1:
+            raise GeneratorError(f"Batch {number}: x and y have different first (batch) "
+                                 f"dimensions {sorted(sizes)}; they must match. {SIGNATURE_HELP}")
+        if self._spec is None:
+            self._start(structure)
+        else:
+            self._check(structure, number)
+        self._enqueue(self._BATCH, leaves)
+        self.batches += 1
+        self._batches_in_pass += 1
+
+    def _check(self, structure, number):
+        import tensorflow as tf
+
+        # Runs for every batch on R's main thread, so the common case compares plain tuples;
+        # the messages are built only for a mismatch.
+        leaves = _leaves(structure)
+        if self._layout is None:
+            self._layout = _layout(self._spec), [(s.dtype.as_numpy_dtype, tuple(s.shape[1:]))
+                                                 for s in _leaves(self._spec)]
+        layout, expected = self._layout
+        if _layout(structure) == layout and len(leaves) == len(expected) and all(
+                a.dtype == dtype and a.shape[1:] == shape
+                for a, (dtype, shape) in zip(leaves, expected)):
+            return
+        wanted = describe_signature(self._spec)
+        try:
+            tf.nest.assert_same_structure(self._spec, structure)
+        except (ValueError, TypeError):
+            raise GeneratorError(
+                f"Batch {number} has a different structure than the first batch: every batch "
+                f"must have the signature {wanted}. {SIGNATURE_HELP}") from None
+        got = describe_signature(tf.nest.map_structure(
+            lambda a: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype)), structure))
+        raise GeneratorError(
+            f"Batch {number} does not match the first batch: expected {wanted}, got {got}. "
+            f"Return the same types and shapes (apart from the batch size) from every call.")
+
+    def end_pass(self) -> None:
+        """The generator returned NULL: the current pass (epoch) is complete."""
+        if self._batches_in_pass == 0:
+            raise GeneratorError(
+                f"The generator returned NULL before any batch of pass {self.passes_done + 1}: "
+                f"an epoch needs at least one batch. After returning NULL the generator is called "
+                f"again for the next epoch, so it must start over (e.g. reset its position).")
+        self._enqueue(self._END_PASS, self._marker(self._END_PASS))
+        self.passes_done += 1
+        self._batches_in_pass = 0
+
+    def _stop(self):
+        """Make the dataset's next read raise; wake a read waiting on an empty buffer."""
+        with self._lock:
+            if self._queue is None or bool(self._stopped.numpy()):
+                return
+            self._stopped.assign(True)
+            if self._size() <= self._capacity:
+                self._enqueue(self._STOP, self._marker(self._STOP))
+
+    def fail(self, message: str) -> None:
+        """The generator raised: TensorFlow's next read raises, training stops."""
+        self._failure = str(message)
+        self._stop()
+
+    def close(self) -> None:
+        """Stop producing (the producer gets -1) and make any further read raise."""
+        self._closed = True
+        self._stop()
+
+    # --- consumer side (TensorFlow's graph) ----------------------------------------------------
+
+    def dataset(self):
+        """The batches as a ``tf.data.Dataset`` with the shard policy ``"off"``."""
+        import tensorflow as tf
+
+        from .data import with_shard_policy
+
+        if self._spec is None:
+            raise GeneratorError("The feed has no batch yet: put() the first batch before "
+                                 "building the dataset (its signature comes from it).")
+        queue, stopped, spec = self._queue, self._stopped, self._spec
+        shapes = [s.shape for s in _leaves(spec)]
+
+        def dequeue(_):
+            flag, *leaves = queue.dequeue()
+            return flag, tuple(tf.ensure_shape(leaf, shape) for leaf, shape in zip(leaves, shapes))
+
+        def batch(flag, leaves):
+            ok = tf.logical_and(tf.not_equal(flag, self._STOP), tf.logical_not(stopped.read_value()))
+            check = tf.debugging.Assert(ok, ["The R generator failed or training was stopped; "
+                                             "the R session reports why."])
+            with tf.control_dependencies([check]):
+                leaves = [tf.identity(leaf) for leaf in leaves]
+            return tf.nest.pack_sequence_as(spec, leaves)
+
+        dataset = tf.data.Dataset.from_tensors(0).repeat().map(dequeue)
+        not_end = lambda flag, _: tf.not_equal(flag, self._END_PASS)  # noqa: E731
+        dataset = dataset.filter(not_end) if self._stream else dataset.take_while(not_end)
+        dataset = dataset.map(batch)
+        # Each worker's generator already produces that worker's data: no auto-sharding.
+        return with_shard_policy(dataset, "off")
+
+
+class TrainingJob:
+    """``target(**kwargs)`` on a daemon thread; R's main thread polls it and serves the feed."""
+
+    def __init__(self, target, kwargs, feed=None, name="tfdistributed-training"):
+        self._target = target
+        self._kwargs = kwargs
+        self._feed = feed
+        self._done = threading.Event()
+        self._result = None
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self):
+        try:
+            with warnings.catch_warnings():
+                # Keras warns "Your input ran out of data" at the end of every epoch of a
+                # dataset of unknown length, i.e. wherever the generator returned NULL: that is
+                # how such an epoch ends, not a problem. (The filter is process-wide while the
+                # job runs; R's main thread only serves the generator meanwhile.)
+                warnings.filterwarnings("ignore", message="Your input ran out of data")
+                self._result = self._target(**self._kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+            self._error = e
+        finally:
+            self._done.set()
+            if self._feed is not None:
+                self._feed.close()
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def wait(self, timeout=0.01) -> bool:
+        """Whether the job has finished, waiting up to ``timeout`` seconds."""
+        return self._done.wait(float(timeout))
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self, timeout=30.0) -> bool:
+        """Close the feed (TensorFlow's next read raises) and join; False if still running."""
+        if self._feed is not None:
+            self._feed.close()
+        self._thread.join(float(timeout))
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def result(self):
+        """The target's return value, or its exception raised here."""
+        if not self._done.is_set():
+            raise GeneratorError("The training job is still running.")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def _strategy_of(model, strategy):
+    import tensorflow as tf
+
+    return strategy or getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+
+
+def worker_context(model, strategy=None) -> dict:
+    """``{"kind", "worker_index", "num_workers"}``: which input pipeline this process feeds.
+
+    Under ``multi_worker_mirrored`` a chief is input pipeline 0 and worker ``i`` is ``i + 1``;
+    without a chief, worker ``i`` is ``i``. Every other strategy has one input pipeline.
+    """
+    from .strategies import strategy_info, strategy_kind
+
+    strategy = _strategy_of(model, strategy)
+    kind = strategy_kind(strategy)
+    if kind != "multi_worker_mirrored":
+        return {"kind": kind, "worker_index": 0, "num_workers": 1}
+    info = strategy_info(strategy)
+    spec = strategy.cluster_resolver.cluster_spec().as_dict()
+    index = int(info["task_index"] or 0)
+    if info["task_type"] == "worker" and spec.get("chief"):
+        index += 1
+    elif info["task_type"] == "chief":
+        index = 0
+    return {"kind": kind, "worker_index": index, "num_workers": int(info["num_workers"])}
+
+
+def check_strategy(model, strategy=None, what="fit") -> dict:
+    """:func:`worker_context`, refusing strategies whose input pipelines cannot call R."""
+    context = worker_context(model, strategy)
+    if context["kind"] == "parameter_server":
+        raise GeneratorError(
+            f"{what}() cannot stream from an R generator under the 'parameter_server' strategy: "
+            f"each worker's input pipeline runs inside that worker's TensorFlow server, which "
+            f"has no R session, and a from_generator() callback cannot be sent to another "
+            f"process. Write the data as files instead (R: write_dataset_shards(), then "
+            f"dataset_from_files(); Python: tfdistributed.generators.write_shards() and "
+            f"read_shards()): every worker then reads its share with TensorFlow's own readers.")
+    if context["kind"] == "tpu":
+        raise GeneratorError(f"{what}() cannot stream from an R generator to a TPU: TPU input "
+                             f"pipelines run on the TPU host. Use files (write_dataset_shards()).")
+    return context
+
+
+# Strategies whose Keras input iterators are created lazily: only there can an epoch end where
+# the generator returns NULL. Elsewhere (mirrored...) Keras creates the next epoch's iterator at
+# the end of each epoch and throws it away, and a distributed iterator starts prefetching at
+# once: it would take batches of the next epoch out of the feed and drop them.
+LAZY_INPUT = ("default", "one_device")
+
+
+def check_epochs(model, strategy=None, steps_per_epoch=None):
+    """Refuse NULL-terminated epochs where Keras would drop batches (see LAZY_INPUT)."""
+    kind = worker_context(model, strategy)["kind"]
+    if steps_per_epoch is None and kind not in LAZY_INPUT:
+        raise GeneratorError(
+            f"fit() with a generator under the {kind!r} strategy needs `steps_per_epoch`: there "
+            f"an epoch cannot end where the generator returns NULL (Keras would start reading "
+            f"the next epoch early and drop those batches). Pass steps_per_epoch = the number of "
+            f"batches per epoch"
+            + (" times the number of workers (each step uses 1/n of one batch of every "
+               "worker)" if kind == "multi_worker_mirrored" else "")
+            + "; a NULL then only means that the generator starts over.")
+
+
+def start_fit(model, feed, **kwargs) -> TrainingJob:
+    """Start ``tfdistributed.fit(model, feed.dataset(), **kwargs)`` on a training thread."""
+    from .training import fit
+
+    check_strategy(model, kwargs.get("strategy"), "fit")
+    check_epochs(model, kwargs.get("strategy"), kwargs.get("steps_per_epoch"))
+    return TrainingJob(fit, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
+
+
+def start_evaluate(model, feed, **kwargs) -> TrainingJob:
+    """Start ``tfdistributed.evaluate(model, feed.dataset(), **kwargs)`` on a training thread."""
+    from .training import evaluate
+
+    check_strategy(model, kwargs.get("strategy"), "evaluate")
+    return TrainingJob(evaluate, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
+
+
+def start_call(function, **kwargs) -> TrainingJob:
+    """Start ``function(**kwargs)`` (e.g. ``tfdistributed.fit`` on a raw ``from_generator``
+    dataset) on a thread, so R's main thread stays free for the callbacks into R."""
+    return TrainingJob(function, kwargs).start()
+
+
+# --- raw from_generator datasets ---------------------------------------------------------------
+
+_PY_FUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+
+
+def _graph_ops(dataset):
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+
+    # A dataset with Python callbacks has external state and would refuse to serialize.
+    ignore = tf.data.experimental.ExternalStatePolicy.IGNORE
+    graph = graph_pb2.GraphDef.FromString(
+        dataset._as_serialized_graph(external_state_policy=ignore).numpy())
+    nodes = list(graph.node)
+    for function in graph.library.function:
+        nodes += list(function.node_def)
+    return nodes
+
+
+def _is_r_callable(fn) -> bool:
+    module = getattr(fn, "__module__", "") or ""
+    return module.startswith("rpytools")
+
+
+def _calls_r(fn, depth=4) -> bool:
+    """Whether a registered callback is, or wraps, an R function.
+
+    ``from_generator`` registers small functions whose closures hold (a method of) a state
+    object, which holds the user's generator; the search follows closures, bound methods and
+    that ``_generator`` attribute a few levels deep.
+    """
+    if fn is None or depth < 0:
+        return False
+    if _is_r_callable(fn):
+        return True
+    inner = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
+             if c.cell_contents is not None]
+    inner += [getattr(fn, name) for name in ("__self__", "_generator", "_func")
+              if getattr(fn, name, None) is not None]
+    return any(_calls_r(i, depth - 1) for i in inner if callable(i) or hasattr(i, "_generator"))
+
+
+def find_host_generators(dataset) -> dict:
+    """Python callbacks inside ``dataset`` (``from_generator``, ``py_function``...).
+
+    Returns ``{"callbacks": n, "r_functions": m}``: ``m`` of the ``n`` callbacks call an R
+    function (reticulate's wrapper). Such a dataset given to ``fit`` on R's main thread hangs:
+    the callback waits for R's main thread, which waits inside ``fit``. When no callback of the
+    process calls R, the answer comes without serializing the dataset (which copies arrays held
+    in it).
+    """
+    import tensorflow as tf
+    from tensorflow.python.ops import script_ops
+
+    if not isinstance(dataset, tf.data.Dataset):
+        return {"callbacks": 0, "r_functions": 0}
+    registry = dict(script_ops._py_funcs._funcs)
+    if not any(_calls_r(fn) for fn in registry.values()):
+        return {"callbacks": 0, "r_functions": 0}
+    tokens = [node.attr["token"].s.decode() for node in _graph_ops(dataset)
+              if node.op in _PY_FUNC_OPS]
+    r_functions = sum(1 for t in tokens if t in registry and _calls_r(registry[t]))
+    return {"callbacks": len(tokens), "r_functions": r_functions}
+
+
+def refuse_r_generator_on_main_thread(dataset, what="fit"):
+    """Raise :class:`GeneratorError` if ``dataset`` calls R and we are on the main thread.
+
+    For ``tfdistributed.fit``/``evaluate``: there, such a dataset would hang forever.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if find_host_generators(dataset)["r_functions"]:
+        raise GeneratorError(
+            f"{what}() was given a tf.data dataset whose generator is an R function "
+            f"(tf$data$Dataset$from_generator(<R function>)). Called on R's main thread this "
+            f"hangs: TensorFlow calls the generator on its own thread and the call waits for R. "
+            f"Use dataset_from_generator(<your function>) with fit_distributed() / "
+            f"evaluate_distributed(), which serve the generator from R's main thread.")
+
+
+# --- sharded files -----------------------------------------------------------------------------
+
+def _shard_paths(directory, prefix, num_shards, fmt):
+    ext = "tfrecord" if fmt == "tfrecord" else "csv"
+    return [os.path.join(directory, f"{prefix}-{i:05d}-of-{num_shards:05d}.{ext}")
+            for i in range(num_shards)]
+
+
+def _columns(columns):
+    import numpy as np
+
+    if not isinstance(columns, dict) or not columns:
+        raise ArgumentTypeError("write_shards() needs columns as a non-empty {name: array} dict "
+                                "(from R: a data frame).")
+    out, n = {}, None
+    for name, values in columns.items():
+        array = np.asarray(values)
+        if array.ndim != 1 or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+            raise ArgumentTypeError(f"Column {name!r} must be a numeric vector (got dtype "
+                                    f"{array.dtype}, {array.ndim} dimensions); convert factors "
+                                    f"and strings to numbers first.")
+        kind = "int" if np.issubdtype(array.dtype, np.integer) or array.dtype == bool else "float"
+        out[str(name)] = (array.astype(np.int64 if kind == "int" else np.float32), kind)
+        if n is not None and len(array) != n:
+            raise ArgumentTypeError("All columns must have the same length.")
+        n = len(array)
+    return out, n
+
+
+def write_shards(columns, directory, num_shards=2, *, format="tfrecord", prefix="part"):
+    """Write a table (``{name: 1-D array}``) as ``num_shards`` files for multi-worker reading.
+
+    Rows are split into ``num_shards`` contiguous, nearly equal parts, one file each
+    (``part-00000-of-00004.tfrecord``...). ``format`` is ``"tfrecord"`` (one ``tf.train.Example``
+    per row, int64 or float features) or ``"csv"`` (with a header). A ``schema.json`` next to the
+    files records the columns and their types for :func:`read_shards`. Use at least as many
+    files as workers (the ``"file"`` shard policy gives each worker whole files). Returns the
+    file paths.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    fmt = as_str(format, "format").lower()
+    if fmt not in FORMATS:
+        raise ArgumentTypeError(f"Unknown format {format!r}; use 'tfrecord' or 'csv'.")
+    num_shards = as_int(num_shards, "num_shards", minimum=1)
+    cols, n = _columns(columns)
+    if n < num_shards:
+        raise ArgumentTypeError(f"{n} rows cannot fill {num_shards} files; use num_shards <= {n}.")
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    paths = _shard_paths(directory, as_str(prefix, "prefix"), num_shards, fmt)
+    bounds = np.linspace(0, n, num_shards + 1).round().astype(int)
+    names = list(cols)
+    for path, start, stop in zip(paths, bounds[:-1], bounds[1:]):
+        if fmt == "tfrecord":
+            with tf.io.TFRecordWriter(path) as writer:
+                for i in range(start, stop):
+                    feature = {}
+                    for name, (values, kind) in cols.items():
+                        if kind == "int":
+                            feature[name] = tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=[int(values[i])]))
+                        else:
+                            feature[name] = tf.train.Feature(
+                                float_list=tf.train.FloatList(value=[float(values[i])]))
+                    example = tf.train.Example(features=tf.train.Features(feature=feature))
+                    writer.write(example.SerializeToString())
+        else:
+            with open(path, "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(names)
+                block = [cols[name][0][start:stop] for name in names]
+                writer.writerows(zip(*[b.tolist() for b in block]))
+    schema = {"format": fmt, "columns": [{"name": k, "type": v[1]} for k, v in cols.items()],
+              "files": [os.path.basename(p) for p in paths], "rows": int(n)}
+    with open(os.path.join(directory, SCHEMA_FILE), "w") as f:
+        json.dump(schema, f, indent=1)
+    return paths
+
+
+def _schema(directory):
+    path = os.path.join(directory, SCHEMA_FILE)
+    if not os.path.isfile(path):
+        raise TFDistributedError(f"{directory!r} has no {SCHEMA_FILE}: read_shards() reads "
+                                 f"directories written by write_shards() (R: "
+                                 f"write_dataset_shards()).")
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_shards(directory, label, *, batch_size, features=None, shuffle_files=False,
+                seed=None, shard_policy="file"):
+    """The files written by :func:`write_shards` as a batched ``(x, y)`` ``tf.data.Dataset``.
+
+    Read with TensorFlow's own readers (``TFRecordDataset`` / ``CsvDataset``), one file after
+    the other; ``x`` is a float32 matrix of the ``features`` columns (default: every column
+    but ``label``), ``y`` the ``label`` column. The shard policy defaults to ``"file"``: with
+    several workers each reads whole files, so it needs at least as many files as workers
+    (``fit`` checks that before training: :func:`tfdistributed.check_sharding`).
+    ``batch_size`` is the global batch size.
+    """
+    import tensorflow as tf
+
+    from .data import with_shard_policy
+
+    directory = os.fspath(directory)
+    schema = _schema(directory)
+    types = {c["name"]: c["type"] for c in schema["columns"]}
+    label = as_str(label, "label")
+    if label not in types:
+        raise ArgumentTypeError(f"No column {label!r} in {directory!r}; its columns are "
+                                f"{', '.join(types)}.")
+    features = [as_str(f, "features") for f in (features or [c for c in types if c != label])]
+    unknown = [f for f in features if f not in types]
+    if unknown:
+        raise ArgumentTypeError(f"Unknown feature column(s) {unknown}; the columns are "
+                                f"{', '.join(types)}.")
+    batch_size = as_int(batch_size, "batch_size", minimum=1)
+    paths = [os.path.join(directory, name) for name in schema["files"]]
+    files = tf.data.Dataset.from_tensor_slices(paths)
+    if shuffle_files:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    label_dtype = tf.int32 if types[label] == "int" else tf.float32
+    if schema["format"] == "tfrecord":
+        spec = {name: tf.io.FixedLenFeature([], tf.int64 if kind == "int" else tf.float32)
+                for name, kind in types.items()}
+
+        def parse(records):
+            parsed = tf.io.parse_example(records, spec)
+            x = tf.stack([tf.cast(parsed[f], tf.float32) for f in features], axis=1)
+            return x, tf.cast(parsed[label], label_dtype)
+
+        dataset = files.interleave(tf.data.TFRecordDataset, cycle_length=1)
+        dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        names = [c["name"] for c in schema["columns"]]
+        defaults = [tf.constant([], tf.int64 if types[n] == "int" else tf.float32) for n in names]
+
+        def parse(*row):
+            values = dict(zip(names, row))
+            x = tf.stack([tf.cast(values[f], tf.float32) for f in features], axis=1)
+            return x, tf.cast(values[label], label_dtype)
+
+        dataset = files.interleave(
+            lambda path: tf.data.experimental.CsvDataset(path, defaults, header=True),
+            cycle_length=1)
+        dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return with_shard_policy(dataset.prefetch(tf.data.AUTOTUNE), shard_policy)
+
+
+__all__ = ["BatchFeed", "GeneratorError", "TrainingJob", "check_strategy", "describe_signature",
+           "find_host_generators", "read_shards", "refuse_r_generator_on_main_thread",
+           "start_call", "start_evaluate", "start_fit", "worker_context", "write_shards"]

@@ -1,0 +1,327 @@
+# R generators feeding TensorFlow under any strategy, without the deadlock.
+#
+# tf$data$Dataset$from_generator(<R function>) given to model$fit() hangs: TensorFlow calls the
+# generator on one of its own threads, reticulate runs R only on R's main thread, and that
+# thread is blocked inside fit(). Here the roles are swapped: training runs on a Python thread
+# (tfdistributed.generators.TrainingJob) and R's main thread serves the generator - it calls
+# the R function, puts the batch into a bounded buffer (BatchFeed) that TensorFlow reads, and
+# waits for space in short Python calls (<= 10 ms). So R stays responsive: an interrupt is
+# noticed within one wait, and an error in the generator stops training at the next step.
+# The buffer's capacity (`prefetch`) is how far R runs ahead of training.
+
+#' Stream batches from an R function into distributed training
+#'
+#' Wraps an R function that returns the next batch, so that [fit_distributed()]
+#' and [evaluate_distributed()] can train on data that does not fit in memory:
+#' read the next chunk of a file, query a database, augment images - any R code.
+#' Training runs on a background thread while R's main thread calls your
+#' function and keeps up to `prefetch` batches ready, so R prepares the next
+#' batches while TensorFlow trains on the current one.
+#'
+#' The function returns `list(x, y)` or `list(x, y, sample_weight)` per call:
+#' `x` a numeric array (or a list of arrays, one per model input) whose first
+#' dimension is the batch, `y` the targets (a vector, factor or array) with the
+#' same first dimension. Doubles become float32, integers int32, factors
+#' 0-based int32 codes. Every batch must have the types and shapes of the first
+#' (apart from the batch size). Return `NULL` to end an epoch: the function is
+#' then called again for the next epoch, so it must start over. A function that
+#' never returns `NULL` needs `steps_per_epoch` in [fit_distributed()] (and
+#' `steps` in [evaluate_distributed()]). Batches are *global* batches, as for
+#' arrays: each replica gets its share.
+#'
+#' If the function declares arguments named `worker_index` and/or
+#' `num_workers`, they are passed on every call. In a multi-worker job each
+#' worker calls its own function, in its own process: worker `i` of `n` should
+#' produce its part of the data (e.g. every `n`-th file starting at `i`), and
+#' every worker must produce the same number of batches per epoch (steps run in
+#' lock-step). Under `multi_worker_mirrored` TensorFlow does not shard this
+#' stream further (shard policy `"off"`): each worker's batches are split over
+#' its replicas, one global batch per worker every `n` steps.
+#'
+#' Under `parameter_server` the input pipelines run inside the workers'
+#' TensorFlow servers, which have no R: write the data as files with
+#' [write_dataset_shards()] and read them with [dataset_from_files()] instead
+#' (an R generator there is an error that says so).
+#'
+#' An error in the function stops training at once with an R error of class
+#' `tfdistributed_generator_error` that carries your function's message (and
+#' the original condition as `$parent`); a batch of the wrong type or shape is
+#' the same error naming the expected signature; an interrupt (Ctrl-C) stops
+#' training. Up to `prefetch` batches made before training stopped are
+#' discarded.
+#'
+#' @param generator A function returning the next batch (see Details).
+#' @param prefetch How many batches R may prepare ahead of training.
+#' @return A `tfdistributed_generator_dataset` for [fit_distributed()] and
+#'   [evaluate_distributed()].
+#' @seealso [dataset_from_files()], [write_dataset_shards()]
+#' @export
+#' @examples
+#' \dontrun{
+#' digits <- digits_data()
+#' batches <- function(x, y, batch_size = 64) {
+#'   start <- 1
+#'   function() {
+#'     if (start > nrow(x)) { start <<- 1; return(NULL) }   # end of the epoch
+#'     rows <- start:min(start + batch_size - 1, nrow(x))
+#'     start <<- start + batch_size
+#'     list(x[rows, , , , drop = FALSE], y[rows])
+#'   }
+#' }
+#' gen <- dataset_from_generator(batches(digits$train$x, digits$train$y))
+#' fit_distributed(model, gen, epochs = 10)
+#' }
+dataset_from_generator <- function(generator, prefetch = 8) {
+  if (!is.function(generator)) {
+    abort("`generator` must be an R function returning the next batch as list(x, y), got ",
+          describe(generator), ".", class = "tfdistributed_generator_error")
+  }
+  prefetch <- as_integer(prefetch, "prefetch", minimum = 1L)
+  args <- names(formals(generator))
+  known <- c("worker_index", "num_workers")
+  unknown <- setdiff(args, c(known, "..."))
+  required <- unknown[vapply(formals(generator)[unknown], function(a) identical(a, quote(expr = )),
+                             logical(1))]
+  if (length(required)) {
+    abort("The generator has argument(s) ", paste0("`", required, "`", collapse = ", "),
+          " without a default; it is called with no arguments, or with `worker_index` and ",
+          "`num_workers` when it declares them. Give the others defaults, or capture them in a ",
+          "closure: function(worker_index, num_workers) { ... }.",
+          class = "tfdistributed_generator_error")
+  }
+  passes <- if ("..." %in% args) known else intersect(known, args)
+  structure(list(generator = generator, prefetch = prefetch, passes_args = passes),
+            class = "tfdistributed_generator_dataset")
+}
+
+#' @export
+print.tfdistributed_generator_dataset <- function(x, ...) {
+  cat("<tfdistributed generator dataset: an R function, prefetch ", x$prefetch, ">\n", sep = "")
+  if (length(x$passes_args)) {
+    cat("  called with: ", paste(x$passes_args, collapse = ", "), "\n", sep = "")
+  }
+  invisible(x)
+}
+
+#' Is this a dataset fed by R code?
+#'
+#' `TRUE` for [dataset_from_generator()] objects, and for `tf.data` datasets
+#' whose elements come from an R function through a Python callback (such as
+#' `tf$data$Dataset$from_generator(<R function>)`), which [fit_distributed()]
+#' runs on a background thread so that R's main thread can serve them.
+#'
+#' @param x An object.
+#' @return A single logical.
+#' @export
+is_generator_dataset <- function(x) {
+  inherits(x, "tfdistributed_generator_dataset") || calls_r(x)
+}
+
+# A tf.data dataset whose Python callbacks call R functions (reticulate's wrappers).
+calls_r <- function(x) {
+  if (!inherits(x, "tensorflow.python.data.ops.dataset_ops.DatasetV2")) {
+    return(FALSE)
+  }
+  found <- with_backend(backend()$generators$find_host_generators(x))
+  found$r_functions > 0
+}
+
+# Called at the top of fit_distributed() / evaluate_distributed(): the same call, with the
+# already evaluated `x`, goes to fit_served() / evaluate_served().
+serve_training <- function(call, x, env, what) {
+  call[[1]] <- if (what == "fit") fit_served else evaluate_served
+  call$x <- x
+  eval(call, env)
+}
+
+no_array_args <- function(what, y, batch_size, sample_weight) {
+  given <- c(y = !is.null(y), batch_size = !is.null(batch_size),
+             sample_weight = !is.null(sample_weight))
+  if (any(given)) {
+    abort(what, "(): ", paste0("`", names(given)[given], "`", collapse = ", "),
+          " apply to arrays only: a generator returns list(x, y[, sample_weight]) batches of ",
+          "the global batch size itself.", class = "tfdistributed_generator_error")
+  }
+}
+
+fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_size = NULL,
+                       validation_data = NULL, callbacks = NULL, shard_policy = NULL,
+                       shuffle = TRUE, seed = NULL, steps_per_epoch = NULL,
+                       sample_weight = NULL, check_shards = TRUE,
+                       verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  check_model(model)
+  check_strategy(strategy, allow_null = TRUE)
+  no_array_args("fit_distributed", y, batch_size, sample_weight)
+  is_generator <- inherits(x, "tfdistributed_generator_dataset")
+  if (is_generator && !is.null(shard_policy)) {
+    abort("fit_distributed(): `shard_policy` does not apply to a generator: each worker's ",
+          "generator produces that worker's data (TensorFlow does not shard it).",
+          class = "tfdistributed_generator_error")
+  }
+  if (inherits(validation_data, "tfdistributed_generator_dataset")) {
+    abort("fit_distributed(): `validation_data` cannot be a generator; pass list(x, y) arrays ",
+          "or a tf.data dataset, or call evaluate_distributed() with the generator after ",
+          "training.", class = "tfdistributed_generator_error")
+  }
+  args <- list(
+    strategy = strategy, epochs = as_integer(epochs, "epochs", minimum = 1L),
+    validation_data = validation_arg(validation_data), callbacks = callbacks_arg(callbacks),
+    steps_per_epoch = as_integer(steps_per_epoch, "steps_per_epoch", minimum = 1L,
+                                 allow_null = TRUE),
+    check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
+  )
+  if (!is_generator) {
+    args$shard_policy <- as_string(shard_policy, "shard_policy", allow_null = TRUE)
+  }
+  history <- run_served(model, x, strategy, args, "fit", passes = NULL,
+                        stream = !is.null(args$steps_per_epoch))
+  as_tfdistributed_history(history)
+}
+
+evaluate_served <- function(model, x, y = NULL, strategy = NULL, batch_size = NULL,
+                            shard_policy = NULL, sample_weight = NULL, steps = NULL,
+                            check_shards = TRUE,
+                            verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  check_model(model)
+  check_strategy(strategy, allow_null = TRUE)
+  no_array_args("evaluate_distributed", y, batch_size, sample_weight)
+  steps <- as_integer(steps, "steps", minimum = 1L, allow_null = TRUE)
+  args <- list(strategy = strategy, steps = steps,
+               check_shards = as_flag(check_shards, "check_shards"),
+               verbose = as_verbose(verbose), ...)
+  # Without `steps`, evaluation is one pass: R stops calling the generator at its NULL.
+  result <- run_served(model, x, strategy, args, "evaluate", passes = if (is.null(steps)) 1L,
+                       stream = !is.null(steps))
+  unlist(result)
+}
+
+# Start the job on a training thread and serve it from here until it ends.
+run_served <- function(model, x, strategy, args, what, passes, stream) {
+  gens <- backend()$generators
+  if (!inherits(x, "tfdistributed_generator_dataset")) {
+    # A raw tf.data dataset calling R: reticulate runs those calls on this thread whenever it
+    # is between Python calls, so it is enough to keep this thread out of fit().
+    job <- with_backend(do.call(gens$start_call, c(list(backend()[[what]], model = model, x = x),
+                                                   args)))
+    on.exit(stop_job(job), add = TRUE)
+    while (!job$wait(0.005)) {}
+    return(with_backend(job$result()))
+  }
+  context <- with_backend(gens$check_strategy(model, strategy, what))
+  if (what == "fit") {
+    with_backend(gens$check_epochs(model, strategy, args$steps_per_epoch))
+  }
+  feed <- gens$BatchFeed(capacity = x$prefetch, passes = passes, stream = stream)
+  state <- new.env()
+  state$batches <- 0L
+  state$calls <- 0L
+  call_args <- list(worker_index = as.integer(context$worker_index),
+                    num_workers = as.integer(context$num_workers))[x$passes_args]
+  # The first batch gives the dataset its signature, before training starts.
+  produce_batch(x, feed, call_args, state)
+  if (feed$batches == 0L) {
+    abort(what, "_distributed(): the generator returned NULL at its first call; it must return ",
+          "at least one batch, list(x, y).", class = "tfdistributed_generator_error")
+  }
+  starter <- if (what == "fit") gens$start_fit else gens$start_evaluate
+  job <- with_backend(do.call(starter, c(list(model, feed), args)))
+  on.exit(stop_job(job), add = TRUE)
+  repeat {
+    free <- feed$free_slots(0.01)
+    if (free < 0L) {
+      if (job$wait(0.01)) break
+      next
+    }
+    for (i in seq_len(free)) {
+      if (!produce_batch(x, feed, call_args, state)) break
+    }
+    if (!is.null(state$error)) break
+  }
+  if (!is.null(state$error)) {
+    stop_job(job)
+    stop(state$error)
+  }
+  with_backend(job$result())
+}
+
+# Call the generator once and put its batch (or the end of a pass) into the feed. FALSE when
+# producing should stop (an error, recorded in state$error, or the last pass is done).
+produce_batch <- function(x, feed, call_args, state) {
+  number <- state$batches + 1L
+  state$calls <- state$calls + 1L
+  batch <- tryCatch(do.call(x$generator, call_args), error = function(e) {
+    state$error <- generator_failed(e, state$calls, state$batches)
+    feed$fail(conditionMessage(state$error))
+    NULL
+  })
+  if (!is.null(state$error)) {
+    return(FALSE)
+  }
+  tryCatch({
+    if (is.null(batch)) {
+      feed$end_pass()
+    } else {
+      feed$put(batch_to_py(batch, number))
+      state$batches <- number
+    }
+  }, python.builtin.Exception = function(e) {
+    state$error <- tfdistributed_condition(python_message(e),
+                                           class = "tfdistributed_generator_error")
+    feed$fail(conditionMessage(state$error))
+  }, tfdistributed_generator_error = function(e) {
+    state$error <- e
+    feed$fail(conditionMessage(e))
+  })
+  is.null(state$error) && !feed$stopped
+}
+
+generator_failed <- function(e, calls, batches) {
+  condition <- tfdistributed_condition(
+    paste0("The data generator failed on call ", calls, " (after ", batches, " batches): ",
+           conditionMessage(e), " (training was stopped)."),
+    class = "tfdistributed_generator_error")
+  condition$parent <- e
+  condition
+}
+
+# A batch as Python expects it: an unnamed list(x, y[, w]) of arrays. R vectors get a dim so
+# they become NumPy arrays (a plain vector would become a Python list), factors their 0-based
+# codes, data frames numeric matrices.
+batch_to_py <- function(batch, number) {
+  if (!is.list(batch) || is.data.frame(batch) || !length(batch) %in% c(2L, 3L)) {
+    abort("Batch ", number, " is ", describe(batch), ", not list(x, y) or ",
+          "list(x, y, sample_weight). The generator must return list(x, y) for each batch ",
+          "(NULL to end an epoch), x a numeric array whose first dimension is the batch, y the ",
+          "targets with the same first dimension.", class = "tfdistributed_generator_error")
+  }
+  parts <- unname(batch)
+  parts[[1]] <- if (is.list(parts[[1]]) && !is.data.frame(parts[[1]])) {
+    lapply(parts[[1]], as_batch_leaf)
+  } else {
+    as_batch_leaf(parts[[1]])
+  }
+  parts[-1] <- lapply(parts[-1], as_batch_leaf)
+  parts
+}
+
+as_batch_leaf <- function(v) {
+  if (is.data.frame(v)) {
+    v <- data.matrix(v)
+  }
+  if (is.factor(v)) {
+    v <- as.integer(v) - 1L
+  }
+  if (is.atomic(v) && is.null(dim(v))) {
+    dim(v) <- length(v)
+  }
+  v
+}
+
+# Close the feed and join the training thread; an R interrupt lands here through on.exit().
+stop_job <- function(job, timeout = 60) {
+  if (!job$stop(timeout)) {
+    warning("The training thread did not stop within ", timeout, " s (TensorFlow is still ",
+            "inside a step); it ends at its next read of the data.", call. = FALSE)
+  }
+  invisible()
+}
