@@ -661,7 +661,8 @@ def read_shards(directory, label, *, batch_size, features=None, shuffle_files=Fa
                 seed=None, shard_policy="file"):
     """The files written by :func:`write_shards` as a batched ``(x, y)`` ``tf.data.Dataset``.
 
-    Read with TensorFlow's own readers (``TFRecordDataset`` / ``CsvDataset``), one file after
+    Read with TensorFlow's own readers (``TFRecordDataset`` / ``TextLineDataset`` with
+    ``decode_csv``), one file after
     the other; ``x`` is a float32 matrix of the ``features`` columns (default: every column
     but ``label``), ``y`` the ``label`` column. The shard policy defaults to ``"file"``: with
     several workers each reads whole files, so it needs at least as many files as workers
@@ -703,16 +704,18 @@ def read_shards(directory, label, *, batch_size, features=None, shuffle_files=Fa
         dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     else:
         names = [c["name"] for c in schema["columns"]]
-        defaults = [tf.constant([], tf.int64 if types[n] == "int" else tf.float32) for n in names]
+        defaults = [tf.constant(0, tf.int64) if types[n] == "int" else tf.constant(0.0)
+                    for n in names]
 
-        def parse(*row):
-            values = dict(zip(names, row))
+        def parse(lines):
+            values = dict(zip(names, tf.io.decode_csv(lines, defaults)))
             x = tf.stack([tf.cast(values[f], tf.float32) for f in features], axis=1)
             return x, tf.cast(values[label], label_dtype)
 
-        dataset = files.interleave(
-            lambda path: tf.data.experimental.CsvDataset(path, defaults, header=True),
-            cycle_length=1)
+        # TextLineDataset, not CsvDataset: TensorFlow's file-level auto-sharding recognises the
+        # former as a file reader and refuses the latter ("unshardable source dataset").
+        dataset = files.interleave(lambda path: tf.data.TextLineDataset(path).skip(1),
+                                   cycle_length=1)
         dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return with_shard_policy(dataset.prefetch(tf.data.AUTOTUNE), shard_policy)
 
