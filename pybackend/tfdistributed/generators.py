@@ -331,7 +331,11 @@ class BatchFeed:
         dataset = tf.data.Dataset.from_tensors(0).repeat().map(dequeue)
         not_end = lambda flag, _: tf.not_equal(flag, self._END_PASS)  # noqa: E731
         dataset = dataset.filter(not_end) if self._stream else dataset.take_while(not_end)
-        dataset = dataset.map(batch)
+        options = tf.data.Options()
+        # The queue is the prefetch buffer; a prefetch tf.data injects would read (and check)
+        # batches ahead, so a stop would take effect only after those.
+        options.experimental_optimization.inject_prefetch = False
+        dataset = dataset.map(batch).with_options(options)
         # Each worker's generator already produces that worker's data: no auto-sharding.
         return with_shard_policy(dataset, "off")
 

@@ -1,0 +1,185 @@
+"""The batch feed behind R generators, driven from Python exactly as the R package drives it
+(producer loop on the main thread, training on a job thread), and the sharded-file helpers."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import generators
+from tfdistributed.demo import build_model as build_digits_model
+from tfdistributed.generators import BatchFeed, GeneratorError
+
+
+def passes(x, y, batch_size=64, fail_at=None):
+    """What an R generator does: batches of one epoch, then None (R's NULL), forever."""
+    calls = 0
+    while True:
+        for start in range(0, len(x), batch_size):
+            calls += 1
+            if calls == fail_at:
+                yield RuntimeError(f"disk on fire at call {calls}")
+            yield [x[start:start + batch_size].astype(np.float64), y[start:start + batch_size]]
+        yield None
+
+
+def serve(job, feed, batches):
+    """The R package's serving loop (rpkg/R/generators.R: run_served) in Python."""
+    while True:
+        free = feed.free_slots(0.01)
+        if free < 0:
+            if job.wait(0.01):
+                return
+            continue
+        for _ in range(free):
+            batch = next(batches)
+            if isinstance(batch, Exception):
+                feed.fail(str(batch))
+                job.stop(30)
+                return
+            if batch is None:
+                feed.end_pass()
+            else:
+                feed.put(batch)
+
+
+def training_threads():
+    return [t for t in threading.enumerate() if t.name == "tfdistributed-training" and t.is_alive()]
+
+
+def fit_from(model, batches, **kwargs):
+    feed = BatchFeed(capacity=4, stream=kwargs.get("steps_per_epoch") is not None)
+    feed.put(next(batches))
+    job = generators.start_fit(model, feed, verbose=0, **kwargs)
+    serve(job, feed, batches)
+    return job, feed
+
+
+def test_default_strategy_trains_to_090_from_a_generator(digits):
+    (x, y), (xt, yt) = digits
+    model = build_digits_model(tfd.make_strategy("default"))
+    job, feed = fit_from(model, passes(x, y), epochs=15)
+    history = job.result()
+    assert len(history.history["loss"]) == 15
+    # Every batch of every epoch was trained on: 22 per epoch (1347 examples / 64).
+    assert feed.batches >= 15 * 22
+    assert tfd.evaluate(model, xt, yt, verbose=0)["accuracy"] >= 0.9
+    assert not training_threads()
+
+
+def test_mirrored_with_steps_per_epoch_keeps_every_batch(digits):
+    (x, y), _ = digits
+    strategy = tfd.make_strategy("mirrored")
+    model = build_digits_model(strategy)
+    with pytest.raises(GeneratorError, match="needs `steps_per_epoch`"):
+        fit_from(model, passes(x, y), epochs=1)
+    job, feed = fit_from(model, passes(x, y), epochs=3, steps_per_epoch=22)
+    history = job.result()
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert all(acc > 0 for acc in history.history["accuracy"])
+
+
+def test_error_in_the_generator_stops_training_within_seconds(digits):
+    (x, y), _ = digits
+    model = build_digits_model(tfd.make_strategy("default"))
+    started = time.monotonic()
+    job, feed = fit_from(model, passes(x, y, fail_at=30), epochs=100)
+    assert time.monotonic() - started < 30
+    assert feed.failure == "disk on fire at call 30"
+    with pytest.raises(Exception, match="R generator failed or training was stopped"):
+        job.result()
+    assert not job.alive and not training_threads()
+
+
+def test_a_batch_of_another_shape_names_the_expected_signature():
+    feed = BatchFeed()
+    feed.put([np.zeros((4, 8, 8, 1)), np.arange(4, dtype=np.int32)])
+    with pytest.raises(GeneratorError) as error:
+        feed.put([np.zeros((4, 8, 8)), np.arange(4, dtype=np.int32)])
+    assert "Batch 2 does not match the first batch: expected x: float32 (None, 8, 8, 1), " \
+           "y: int32 (None,), got x: float32 (None, 8, 8)" in str(error.value)
+    with pytest.raises(GeneratorError, match="different first .batch. dimensions"):
+        feed.put([np.zeros((4, 8, 8, 1)), np.arange(3, dtype=np.int32)])
+    with pytest.raises(GeneratorError, match=r"must return list\(x, y\)"):
+        feed.put([np.zeros((4, 8, 8, 1))])
+    with pytest.raises(GeneratorError, match="not numeric"):
+        feed.put([np.array(["a", "b"]), np.arange(2)])
+
+
+def test_an_epoch_needs_a_batch_and_the_feed_refuses_to_build_before_one():
+    feed = BatchFeed()
+    with pytest.raises(GeneratorError, match="no batch yet"):
+        feed.dataset()
+    feed.put([np.zeros((2, 3)), np.zeros(2)])
+    feed.end_pass()
+    with pytest.raises(GeneratorError, match="returned NULL before any batch of pass 2"):
+        feed.end_pass()
+
+
+def test_a_stopped_feed_makes_the_dataset_raise_even_with_batches_buffered():
+    import tensorflow as tf
+
+    feed = BatchFeed(capacity=4, passes=1)
+    for _ in range(3):
+        feed.put([np.ones((2, 3)), np.zeros(2)])
+    iterator = iter(feed.dataset())
+    assert next(iterator)[0].shape == (2, 3)
+    feed.fail("boom")
+    assert feed.free_slots(0) == -1
+    with pytest.raises(tf.errors.InvalidArgumentError, match="R generator failed"):
+        next(iterator)
+
+
+def test_a_bounded_feed_holds_at_most_capacity_batches():
+    feed = BatchFeed(capacity=3)
+    assert feed.free_slots(0) == 3
+    for _ in range(3):
+        feed.put([np.ones((2, 3)), np.zeros(2)])
+    assert feed.free_slots(0.02) == 0
+    next(iter(feed.dataset()))
+    assert feed.free_slots(0) == 1
+
+
+def test_python_from_generator_is_not_mistaken_for_r():
+    import tensorflow as tf
+
+    def python_batches():
+        yield np.zeros((2, 3), np.float32)
+
+    dataset = tf.data.Dataset.from_generator(
+        python_batches, output_signature=tf.TensorSpec((None, 3), tf.float32))
+    assert generators.find_host_generators(dataset) == {"callbacks": 0, "r_functions": 0}
+    generators.refuse_r_generator_on_main_thread(dataset)
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "csv"])
+def test_sharded_files_round_trip_and_train(tmp_path, digits, fmt):
+    (x, y), _ = digits
+    flat = x.reshape(len(x), -1)
+    columns = {f"p{i}": flat[:, i].astype(np.float64) for i in range(64)}
+    columns["label"] = y
+    paths = tfd.write_shards(columns, tmp_path, num_shards=4, format=fmt)
+    assert [os.path.basename(p) for p in paths] == [f"part-0000{i}-of-00004.{fmt}" for i in range(4)]
+    dataset = tfd.read_shards(tmp_path, "label", batch_size=64)
+    assert tfd.shard_policy(dataset) == "file"
+    xs, ys = zip(*[(bx.numpy(), by.numpy()) for bx, by in dataset])
+    np.testing.assert_allclose(np.concatenate(xs), flat, rtol=1e-6)
+    np.testing.assert_array_equal(np.concatenate(ys), y)
+    assert tfd.check_sharding(dataset, 4) == "file"
+    with pytest.raises(tfd.ShardingError, match="write the data as at least 5 files"):
+        tfd.check_sharding(dataset, 5)
+
+
+def test_file_helpers_name_the_mistake(tmp_path):
+    with pytest.raises(tfd.ArgumentTypeError, match="Unknown format 'parquet'"):
+        tfd.write_shards({"a": np.zeros(4)}, tmp_path, format="parquet")
+    with pytest.raises(tfd.ArgumentTypeError, match="use num_shards <= 2"):
+        tfd.write_shards({"a": np.zeros(2)}, tmp_path, num_shards=3)
+    tfd.write_shards({"a": np.zeros(4), "b": np.arange(4)}, tmp_path)
+    with pytest.raises(tfd.ArgumentTypeError, match="No column 'label'.*a, b"):
+        tfd.read_shards(tmp_path, "label", batch_size=2)
+    with pytest.raises(tfd.TFDistributedError, match="has no schema.json"):
+        tfd.read_shards(tmp_path / "nowhere", "a", batch_size=2)
