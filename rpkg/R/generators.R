@@ -219,6 +219,9 @@ run_served <- function(model, x, strategy, args, what, passes, stream) {
                     num_workers = as.integer(context$num_workers))[x$passes_args]
   # The first batch gives the dataset its signature, before training starts.
   produce_batch(x, feed, call_args, state)
+  if (!is.null(state$error)) {
+    stop(state$error)
+  }
   if (feed$batches == 0L) {
     abort(what, "_distributed(): the generator returned NULL at its first call; it must return ",
           "at least one batch, list(x, y).", class = "tfdistributed_generator_error")
