@@ -222,10 +222,6 @@ run_served <- function(model, x, strategy, args, what, passes, stream) {
   if (!is.null(state$error)) {
     stop(state$error)
   }
-  if (feed$batches == 0L) {
-    abort(what, "_distributed(): the generator returned NULL at its first call; it must return ",
-          "at least one batch, list(x, y).", class = "tfdistributed_generator_error")
-  }
   starter <- if (what == "fit") gens$start_fit else gens$start_evaluate
   job <- with_backend(do.call(starter, c(list(model, feed), args)))
   on.exit(stop_job(job), add = TRUE)
