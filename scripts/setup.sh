@@ -18,7 +18,10 @@ log() { printf '[setup] %s\n' "$*"; }
 # its tests and the vignettes; reticulate's build dependencies.
 DEB_PKGS=(r-base-core r-base-dev pandoc r-cran-testthat r-cran-jsonlite r-cran-knitr
   r-cran-rmarkdown r-cran-roxygen2 r-cran-processx r-cran-rcpp r-cran-rcpptoml r-cran-here
-  r-cran-png r-cran-rappdirs r-cran-withr r-cran-rlang r-cran-matrix xz-utils)
+  r-cran-png r-cran-rappdirs r-cran-withr r-cran-rlang r-cran-matrix xz-utils
+  # A real single-node SLURM cluster for the SLURM backend's tests and tutorial
+  # (tfdistributed.slurm_local starts the daemons in a temporary directory; /etc/slurm is unused).
+  slurmd slurmctld slurm-client munge)
 missing=()
 for p in "${DEB_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -70,11 +73,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 req_hash="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
-   || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest" >/dev/null 2>&1; then
-  log "installing the backend (editable) with its test extra into $VENV"
+   || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest, ray.train" >/dev/null 2>&1; then
+  log "installing the backend (editable) with its test and ray extras into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  # rpy2 builds against R; point it at the Debian R found above.
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test]"
+  # rpy2 builds against R; point it at the Debian R found above. The ray extra is for the Ray
+  # backend's tests (tests/python/test_ray.py), which run against a real local Ray.
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,ray]"
   echo "$req_hash" > "$STAMP_DIR/venv.hash"
 fi
 
@@ -84,7 +88,7 @@ fi
 if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" != "$req_hash" ] \
    || ! "$VENV/bin/python" -c "import tf_keras, matplotlib, sklearn" >/dev/null 2>&1; }; then
   log "installing the bench extra (tf_keras, matplotlib) into $VENV"
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,bench]"
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,ray,bench]"
   echo "$req_hash" > "$STAMP_DIR/bench.hash"
 fi
 

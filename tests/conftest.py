@@ -1,6 +1,13 @@
 """Shared by every test: this pytest process splits its CPU into 2 logical devices before
 anything initializes TensorFlow, so in-process tests (and R code driven through rpy2, which
-shares this interpreter) all see the same 2-replica machine."""
+shares this interpreter) all see the same 2-replica machine.
+
+It also holds the engines shared by the Python and the rpy2-driven tests, one of each per
+session: ``slurm_cluster``, a real single-node SLURM cluster (munged, slurmctld, slurmd from
+Debian's packages, everything in a temporary directory, non-default ports), and
+``ray_cluster``, a local Ray with 2 CPUs in this process. Neither installs anything
+(scripts/setup.sh does); when one cannot start, every test that needs it FAILS with the reason:
+a machine where the engines do not work must not look green."""
 
 import os
 
@@ -30,3 +37,32 @@ def digits_tfds_dir(tmp_path_factory):
     import tfdistributed
 
     return tfdistributed.write_digits_tfds(tmp_path_factory.mktemp("tfds-one-file"), num_files=1)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    from tfdistributed.slurm_local import LocalSlurm
+
+    slurm = LocalSlurm(cpus=2)
+    try:
+        slurm.start()
+    except Exception as e:  # noqa: BLE001  (any reason must reach the report)
+        pytest.fail(f"The local SLURM cluster did not start, so the SLURM backend cannot be tested "
+                    f"here: {e}. Run scripts/setup.sh (as root) to install slurmd, slurmctld, "
+                    f"slurm-client and munge.", pytrace=False)
+    yield slurm
+    slurm.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    try:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"A local Ray cluster did not start, so the Ray backend cannot be tested here: "
+                    f"{type(e).__name__}: {e}. Run scripts/setup.sh to install the ray extra.",
+                    pytrace=False)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,536 @@
+"""SLURM: TF_CONFIG from a job step's own environment, and jobs submitted with ``sbatch``.
+
+Inside a task
+-------------
+``srun -n 4 python train.py`` (or ``Rscript train.R``) starts one task per process. Each task
+finds its cluster in SLURM's environment, and :func:`tf_config_from_slurm` turns that into the
+TF_CONFIG TensorFlow reads; ``make_strategy("auto")`` / ``distribute_strategy("auto")`` does this
+by itself when TF_CONFIG is not set and the step has 2 or more tasks, so the training script has
+no SLURM code at all. TensorFlow's own ``SlurmClusterResolver`` is not used: it runs
+``nvidia-smi`` on every node and fails on CPU-only nodes (``FileNotFoundError``, or
+``range() arg 3 must not be zero`` with ``gpus_per_node=0``).
+
+==============================  ===============================================================
+TF_CONFIG                       from
+==============================  ===============================================================
+number of tasks                 ``SLURM_STEP_NUM_TASKS`` (else ``SLURM_NTASKS``)
+this task                       ``SLURM_PROCID``
+hosts                           ``SLURM_STEP_NODELIST`` (else ``SLURM_JOB_NODELIST``), expanded
+                                with ``scontrol show hostnames``; tasks are laid out on them as
+                                ``SLURM_STEP_TASKS_PER_NODE`` and ``SLURM_DISTRIBUTION`` say
+                                (block, the default, or cyclic), and each task checks that its
+                                own place matches ``SLURM_NODEID`` and ``SLURM_LOCALID``
+ports                           SLURM's reserved ports of the step (``SLURM_STEP_RESV_PORTS``,
+                                with ``srun --resv-ports`` or ``MpiParams=ports=...``): task with
+                                local id ``i`` on a node takes the ``i``-th; without them
+                                ``port_base + i``, where ``port_base`` is the argument, else
+                                ``TFDISTRIBUTED_SLURM_PORT_BASE``, else 15000. Tasks on one node
+                                never collide; two jobs sharing a node need reserved ports or
+                                different bases.
+roles                           all ``worker`` by default; ``ps=N`` (or
+                                ``TFDISTRIBUTED_SLURM_PS``) makes tasks 1..N ``ps`` and task 0
+                                the ``chief`` (the parameter-server coordinator);
+                                ``chief=True`` (or ``TFDISTRIBUTED_SLURM_CHIEF=1``) makes task 0
+                                the chief of a multi-worker job
+==============================  ===============================================================
+
+Submitting
+----------
+:func:`launch_slurm` (``launch(target, workers=N, backend="slurm")``) writes a batch script
+(:func:`slurm_script`, also for printing and keeping), submits it with ``sbatch``, streams each
+task's output file with its role (``[worker 1] ...``), waits up to the timeout, and returns a
+:class:`~tfdistributed.launch.LaunchResult`; on a failed task, the timeout, or an interrupt it
+cancels the job with ``scancel``. The job's directory (script, per-task output, exit codes and
+function results) must be on storage the submitting machine and the nodes share.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from ._args import as_int
+from .cluster import read_tf_config, tf_config
+from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
+
+DEFAULT_PORT_BASE = 15000
+PORT_BASE_VARIABLE = "TFDISTRIBUTED_SLURM_PORT_BASE"
+PS_VARIABLE = "TFDISTRIBUTED_SLURM_PS"
+CHIEF_VARIABLE = "TFDISTRIBUTED_SLURM_CHIEF"
+
+
+def _env_int(env, name, default=None):
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ClusterConfigError(f"{name}={value!r} is not a whole number; SLURM sets it to one, "
+                                 f"so check what else set it.") from None
+
+
+def slurm_tasks(env=None) -> int:
+    """How many tasks this SLURM job step has (0 outside a job step)."""
+    env = os.environ if env is None else env
+    if "SLURM_PROCID" not in env or "SLURM_STEP_ID" not in env and "SLURM_STEPID" not in env:
+        return 0
+    return _env_int(env, "SLURM_STEP_NUM_TASKS", _env_int(env, "SLURM_NTASKS", 1))
+
+
+def expand_hostnames(nodelist: str) -> list:
+    """``"node[01-03],gpu7"`` -> ``["node01", "node02", "node03", "gpu7"]`` (``scontrol``)."""
+    if not re.search(r"[\[,]", nodelist):
+        return [nodelist]
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        raise ClusterConfigError(
+            f"The SLURM node list {nodelist!r} needs `scontrol show hostnames` to expand, and "
+            f"scontrol is not on PATH: run inside the job with SLURM's client tools on PATH.")
+    done = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True,
+                          text=True, timeout=30)
+    if done.returncode != 0:
+        raise ClusterConfigError(f"`scontrol show hostnames {nodelist}` failed: {done.stderr.strip()}")
+    return done.stdout.split()
+
+
+def _tasks_per_node(spec: str, nodes: int) -> list:
+    """``"2(x3),1"`` (SLURM's compressed counts) -> ``[2, 2, 2, 1]``."""
+    counts = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            raise ClusterConfigError(f"Cannot read SLURM's tasks per node {spec!r}.")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    if len(counts) != nodes:
+        raise ClusterConfigError(f"SLURM's tasks per node {spec!r} names {len(counts)} nodes, the "
+                                 f"node list has {nodes}.")
+    return counts
+
+
+def _placement(counts: list, distribution: str) -> list:
+    """(node index, local id) of every task, in task order, as srun lays them out."""
+    kind = (distribution or "block").split(":")[0].split(",")[0]
+    if kind in ("block", ""):
+        return [(n, i) for n, count in enumerate(counts) for i in range(count)]
+    if kind == "cyclic":
+        placed, used = [], [0] * len(counts)
+        while len(placed) < sum(counts):
+            for n, count in enumerate(counts):
+                if used[n] < count:
+                    placed.append((n, used[n]))
+                    used[n] += 1
+        return placed
+    raise ClusterConfigError(
+        f"SLURM_DISTRIBUTION={distribution!r}: tfdistributed works out where the other tasks run "
+        f"for the 'block' (the default) and 'cyclic' distributions only. Run srun with "
+        f"--distribution=block, or set TF_CONFIG yourself.")
+
+
+def _ports(env, port_base, per_node: int) -> list:
+    reserved = env.get("SLURM_STEP_RESV_PORTS")
+    if reserved:
+        ports = []
+        for part in reserved.split(","):
+            low, _, high = part.partition("-")
+            ports += list(range(int(low), int(high or low) + 1))
+        if len(ports) >= per_node:
+            return ports
+    if port_base is None:
+        port_base = _env_int(env, PORT_BASE_VARIABLE, DEFAULT_PORT_BASE)
+    port_base = as_int(port_base, "port_base", minimum=1)
+    if port_base + per_node > 65535:
+        raise ClusterConfigError(f"port_base {port_base} + {per_node} tasks per node is beyond port "
+                                 f"65535: pick a base such as {DEFAULT_PORT_BASE}.")
+    return list(range(port_base, port_base + per_node))
+
+
+def _roles(n: int, ps: int, chief: bool) -> list:
+    """(role, index) of each task in task order: chief first, then ps, then workers."""
+    if ps and n < ps + 2:
+        raise ClusterConfigError(
+            f"A parameter-server job with {ps} ps task(s) needs at least {ps + 2} SLURM tasks (a "
+            f"chief, the ps tasks and one worker); this step has {n}. Start more tasks (srun -n) "
+            f"or fewer ps.")
+    roles = [("chief", 0)] if (chief or ps) else []
+    roles += [("ps", i) for i in range(ps)]
+    roles += [("worker", i) for i in range(n - len(roles))]
+    return roles
+
+
+def slurm_cluster(env=None, *, port_base=None, ps=None, chief=None):
+    """The cluster dict of this SLURM job step and this task's (role, index).
+
+    See the module docstring for where each part comes from. Returns ``(cluster, (role, index))``.
+    """
+    env = os.environ if env is None else env
+    n = slurm_tasks(env)
+    if n == 0:
+        raise ClusterConfigError(
+            "This process is not a task of a SLURM job step (SLURM_PROCID and SLURM_STEP_ID are "
+            "not set): start it with srun, e.g. `srun -n 2 python train.py`.")
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        raise ClusterConfigError("SLURM sets no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST) "
+                                 "for this task: run it with srun inside a job.")
+    hosts = expand_hostnames(nodelist)
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or str(n)
+    counts = _tasks_per_node(spec, len(hosts))
+    placement = _placement(counts, env.get("SLURM_DISTRIBUTION", ""))
+    if len(placement) != n:
+        raise ClusterConfigError(f"SLURM's tasks per node {spec!r} add up to {len(placement)} tasks, "
+                                 f"the step has {n}.")
+    rank = _env_int(env, "SLURM_PROCID")
+    mine = (_env_int(env, "SLURM_NODEID", placement[rank][0]),
+            _env_int(env, "SLURM_LOCALID", placement[rank][1]))
+    if placement[rank] != mine:
+        raise ClusterConfigError(
+            f"SLURM task {rank} runs on node {mine[0]} as local task {mine[1]}, but the layout "
+            f"tfdistributed derived ({spec!r}, distribution "
+            f"{env.get('SLURM_DISTRIBUTION') or 'block'!r}) puts it at {placement[rank]}: run srun "
+            f"with --distribution=block, or set TF_CONFIG yourself.")
+    ports = _ports(env, port_base, max(counts))
+    ps = _env_int(env, PS_VARIABLE, 0) if ps is None else as_int(ps, "ps", minimum=0)
+    if chief is None:
+        chief = env.get(CHIEF_VARIABLE, "").lower() in ("1", "true", "yes")
+    roles = _roles(n, ps, bool(chief))
+    cluster: dict = {}
+    for (role, _), (node, local) in zip(roles, placement):
+        cluster.setdefault(role, []).append(f"{hosts[node]}:{ports[local]}")
+    return cluster, roles[rank]
+
+
+def tf_config_from_slurm(env=None, *, port_base=None, ps=None, chief=None) -> dict:
+    """The TF_CONFIG of this task of a SLURM job step (as a dict; it is not set).
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+        port_base: first port when SLURM reserved none for the step (default
+            ``TFDISTRIBUTED_SLURM_PORT_BASE``, else 15000); task ``i`` of a node takes
+            ``port_base + i``.
+        ps: number of parameter-server tasks (tasks 1..ps; task 0 becomes the chief).
+        chief: make task 0 the chief (implied by ``ps``).
+
+    Raises:
+        ClusterConfigError: not inside ``srun``, or a task layout we cannot derive.
+
+    Example:
+        >>> env = {"SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2",
+        ...        "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_TASKS_PER_NODE": "2",
+        ...        "SLURM_LOCALID": "1", "SLURM_NODEID": "0"}
+        >>> tf_config_from_slurm(env)
+        {'cluster': {'worker': ['n1:15000', 'n1:15001']}, 'task': {'type': 'worker', 'index': 1}}
+    """
+    cluster, (role, index) = slurm_cluster(env, port_base=port_base, ps=ps, chief=chief)
+    return tf_config(cluster, role, index)
+
+
+def set_tf_config_from_slurm_if_needed() -> dict | None:
+    """In a SLURM job step of 2+ tasks without TF_CONFIG, set TF_CONFIG from SLURM.
+
+    Called by ``make_strategy`` before it reads TF_CONFIG, so training scripts need no SLURM
+    code. An explicit TF_CONFIG always wins. Returns the config that was set, or None.
+    """
+    if "TF_CONFIG" in os.environ or slurm_tasks() < 2:
+        return None
+    config = tf_config_from_slurm()
+    os.environ["TF_CONFIG"] = json.dumps(config)
+    return config
+
+
+def _layout(workers, ps, chief) -> list:
+    workers = as_int(workers, "workers", minimum=1)
+    ps = as_int(ps, "ps", minimum=0)
+    return _roles(workers + ps + int(bool(chief or ps)), ps, bool(chief))
+
+
+def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, directory=None,
+                 job_name="tfdistributed", partition=None, time_limit=None, sbatch_args=(),
+                 srun_args=(), python=None, rscript="Rscript", argv=None) -> str:
+    """The ``sbatch`` script that runs ``target`` as a SLURM job (to print, keep or submit).
+
+    Every task runs the target through ``python -m tfdistributed._slurm_task``, which sets its
+    TF_CONFIG from SLURM's environment (see the module docstring), writes its exit code, and in
+    parameter-server jobs runs the ``worker``/``ps`` servers until the chief is done. Each task's
+    output goes to ``DIRECTORY/task-N.out``.
+
+    Args:
+        target: a ``.py`` or ``.R`` script (function targets need :func:`launch_slurm`).
+        workers, ps, chief: the tasks; ``ps > 0`` adds the chief (the coordinator).
+        args: command-line arguments for the script.
+        env: extra environment variables for every task.
+        directory: the job's directory on storage the nodes share; default
+            ``tfdistributed-$SLURM_JOB_ID`` in the submission directory.
+        job_name, partition: ``sbatch --job-name`` / ``--partition``.
+        time_limit: minutes for ``sbatch --time`` (SLURM stops the job then).
+        sbatch_args, srun_args: more options, e.g. ``["--gres=gpu:1"]``, ``["--resv-ports"]``.
+        python, rscript: interpreters on the nodes (default: this Python, ``Rscript``).
+
+    Example:
+        >>> print(slurm_script("train.R", workers=4, partition="gpu"))   # doctest: +SKIP
+    """
+    roles = _layout(workers, ps, chief)
+    python = python or sys.executable
+    if argv is None:
+        from .launch import _target_argv
+
+        if callable(target):
+            raise ArgumentTypeError("slurm_script() writes a script for a .py or .R file; to run a "
+                                    "Python function on SLURM use launch(fn, backend='slurm').")
+        argv, _ = _target_argv(os.path.abspath(os.fspath(target)), args, python, rscript, None)
+    # SLURM opens the batch output file before the script runs, so it cannot go into a
+    # directory the script creates.
+    batch_out = f"{directory}/job.out" if directory else "tfdistributed-%j.out"
+    directory = directory or "tfdistributed-$SLURM_JOB_ID"
+    q = shlex.quote
+    lines = ["#!/bin/bash",
+             f"# Written by tfdistributed: {len(roles)} tasks "
+             f"({', '.join(f'{r} {i}' for r, i in roles)}), one TensorFlow process each.",
+             f"#SBATCH --job-name={job_name}", f"#SBATCH --ntasks={len(roles)}",
+             f"#SBATCH --output={batch_out}"]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if time_limit:
+        lines.append(f"#SBATCH --time={int(math.ceil(time_limit))}")
+    lines += [f"#SBATCH {a}" for a in sbatch_args]
+    exports = {PS_VARIABLE: str(int(ps)), CHIEF_VARIABLE: str(int(bool(chief or ps))),
+               "PYTHONUNBUFFERED": "1", "TFDISTRIBUTED_LAUNCHED": "1",
+               "RETICULATE_PYTHON": os.environ.get("RETICULATE_PYTHON", python)}
+    exports.update({str(k): str(v) for k, v in (env or {}).items()})
+    # Written in the job, not at submission: the job's own directory name needs its id.
+    lines += ["", f'JOBDIR="{directory}"', 'mkdir -p "$JOBDIR"']
+    lines += [f"export {k}={q(v)}" for k, v in exports.items()]
+    srun = ["srun", "--kill-on-bad-exit=1", '--output="$JOBDIR/task-%t.out"', *map(q, srun_args),
+            q(python), "-m", "tfdistributed._slurm_task", '"$JOBDIR"', "--", *map(q, argv)]
+    lines += ["", " ".join(srun), ""]
+    return "\n".join(lines)
+
+
+class _Tail:
+    """New complete lines of a file that another machine (a SLURM task) is writing."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self, final=False) -> list:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")
+        if final and self.partial:
+            lines.append(self.partial)
+            self.partial = b""
+        return [line.decode(errors="replace") for line in lines]
+
+
+def _slurm(argv, timeout=30.0) -> subprocess.CompletedProcess:
+    tool = shutil.which(argv[0])
+    if tool is None:
+        raise LaunchError(f"{argv[0]} is not on PATH: launch(..., backend='slurm') submits with "
+                          f"SLURM's client tools (Debian: slurm-client); run it on a machine that "
+                          f"can submit jobs.")
+    return subprocess.run([tool, *argv[1:]], capture_output=True, text=True, timeout=timeout)
+
+
+def _job_state(job_id: str) -> tuple:
+    """(state, reason) of a job SLURM still knows, else ("", "")."""
+    done = _slurm(["squeue", "-h", "-j", job_id, "-o", "%T|%r"])
+    if done.returncode != 0 or not done.stdout.strip():
+        return "", ""
+    state, _, reason = done.stdout.strip().partition("|")
+    return state, reason
+
+
+def _cancel(job_id: str, wait: float = 30.0) -> None:
+    """scancel the job and wait until SLURM has let go of it (so its CPUs are free again)."""
+    _slurm(["scancel", job_id])
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _job_state(job_id)[0]:
+        time.sleep(0.3)
+
+
+def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None, args=(),
+                 on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
+                 show_all=False, directory=None, keep_files=False, partition=None,
+                 sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25):
+    """Run ``target`` as a SLURM job; returns a :class:`~tfdistributed.launch.LaunchResult`.
+
+    Also reached as ``launch(target, workers=N, backend="slurm", ...)``. The job runs the
+    script of :func:`slurm_script` (``.py``, ``.R`` or a Python function, as :func:`launch`).
+
+    Args:
+        timeout: seconds from submission until the job is cancelled (queue time included);
+            also given to SLURM (``--time``) in case this process dies.
+        directory: the job's directory, on storage this machine and the nodes share; default a
+            new directory under ``cwd`` (or the working directory), removed afterwards unless
+            ``keep_files``.
+        partition, sbatch_args, srun_args, job_name: passed to ``sbatch`` / ``srun``.
+        env, args, on_output, echo, python, rscript, show_all: as for :func:`launch`.
+
+    Raises:
+        LaunchError: a task failed (the job is cancelled) or the job ended without its tasks;
+            ``.results`` has every task's outcome.
+        LaunchTimeoutError: the job did not finish in time (it is cancelled).
+    """
+    from .launch import (_NOISE, LaunchResult, TaskResult, _clean_line, _error_summary,
+                         _target_argv)
+
+    timeout = float(timeout)
+    roles = _layout(workers, ps, chief)
+    ps_mode = as_int(ps, "ps", minimum=0) > 0
+    base = os.path.abspath(cwd or os.getcwd())
+    own_dir = directory is None
+    jobdir = tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=base) if own_dir else directory
+    os.makedirs(jobdir, exist_ok=True)
+    python = python or sys.executable
+    argv, is_function = _target_argv(target, args, python, rscript, jobdir)
+    if is_function:
+        argv = [*argv, os.path.join(jobdir, "result-{task}.pkl")]
+    task_env = dict(env or {})
+    if is_function:
+        # The function may live in a module importable only from this process's sys.path.
+        task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
+                          job_name=job_name, partition=partition,
+                          time_limit=timeout / 60 + 1, sbatch_args=[f"--chdir={base}", *sbatch_args],
+                          srun_args=srun_args, python=python, rscript=rscript, argv=argv)
+    script_path = os.path.join(jobdir, "job.sh")
+    with open(script_path, "w") as f:
+        f.write(script)
+    tails = [_Tail(os.path.join(jobdir, f"task-{i}.out")) for i in range(len(roles))]
+    lines = [[] for _ in roles]
+    names = [f"{r} {i}" for r, i in roles]
+
+    def emit(i, final=False):
+        for raw in tails[i].read(final):
+            line = _clean_line(raw)
+            lines[i].append(line)
+            if show_all or not _NOISE.match(line):
+                if echo:
+                    print(f"[{names[i]}] {line}", flush=True)
+                if on_output is not None:
+                    on_output(f"[{names[i]}] {line}")
+
+    def codes():
+        out = []
+        for i in range(len(roles)):
+            try:
+                with open(os.path.join(jobdir, f"task-{i}.rc")) as f:
+                    out.append(int(f.read().strip()))
+            except (FileNotFoundError, ValueError):
+                out.append(None)
+        return out
+
+    def results(rcs):
+        for i in range(len(roles)):
+            emit(i, final=True)
+        return [TaskResult(r, i, rc, list(out), None, ps_mode and r != "chief")
+                for (r, i), rc, out in zip(roles, rcs, lines)]
+
+    done = _slurm(["sbatch", "--parsable", script_path])
+    if done.returncode != 0:
+        raise LaunchError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}. "
+                          f"The script is {script_path}.")
+    job_id = done.stdout.strip().split(";")[0]
+    if on_output is not None:
+        on_output(f"[launch] submitted SLURM job {job_id} ({len(roles)} tasks)")
+    t0 = time.monotonic()
+    finished = False
+    try:
+        last_state_check, state, reason = 0.0, "PENDING", ""
+        while True:
+            for i in range(len(roles)):
+                emit(i)
+            rcs = codes()
+            bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
+            if bad:
+                i = bad[0]
+                _cancel(job_id)
+                rcs = codes()
+                how = (f"was killed by signal {-rcs[i]}" if rcs[i] < 0
+                       else f"exited with status {rcs[i]}")
+                raise LaunchError(f"Task {names[i]} {how} (SLURM job {job_id}, task {i}); the job "
+                                  f"was cancelled. {_error_summary(lines[i])}", results(rcs))
+            primaries = [rc for (r, _), rc in zip(roles, rcs) if not ps_mode or r == "chief"]
+            if all(rc == 0 for rc in primaries):
+                if all(rc is not None for rc in rcs) or not _job_state(job_id)[0]:
+                    break
+            if time.monotonic() - last_state_check > 1.0:
+                last_state_check = time.monotonic()
+                state, reason = _job_state(job_id)
+                if not state:
+                    for i in range(len(roles)):
+                        emit(i, final=True)
+                    rcs = codes()
+                    if all(rc == 0 for rc in rcs):
+                        break
+                    missing = [names[i] for i, rc in enumerate(rcs) if rc is None]
+                    raise LaunchError(
+                        f"SLURM job {job_id} ended before task(s) {', '.join(missing)} reported an "
+                        f"exit code. {_job_end(job_id, jobdir)}", results(rcs))
+            if time.monotonic() - t0 > timeout:
+                rcs = codes()
+                running = [names[i] for i, rc in enumerate(rcs) if rc is None]
+                _cancel(job_id)
+                where = (f"It was still waiting in the queue ({reason or state}): free the "
+                         f"partition or ask for fewer tasks." if state == "PENDING" else
+                         f"Still running at the timeout: {', '.join(running) or 'none'}.")
+                raise LaunchTimeoutError(f"SLURM job {job_id} did not finish within {timeout:g} s "
+                                         f"and was cancelled. {where}", results(codes()))
+            time.sleep(poll)
+        # The step ends once every task has; wait for it so the CPUs are free for the next job.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _job_state(job_id)[0]:
+            time.sleep(poll)
+        finished = True
+        out = results(codes())
+        try:
+            with open(os.path.join(jobdir, "cluster.json")) as f:
+                cluster = json.load(f)
+        except (OSError, ValueError):
+            cluster = {}
+        if is_function:
+            for n, res in enumerate(out):
+                path = os.path.join(jobdir, f"result-{n}.pkl")
+                if not res.server and os.path.exists(path):
+                    with open(path, "rb") as f:
+                        res.value = pickle.load(f)
+    except BaseException:
+        if not finished:
+            _cancel(job_id)
+        raise
+    finally:
+        if own_dir and not keep_files:
+            shutil.rmtree(jobdir, ignore_errors=True)
+    result = LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)
+    result.job_id = job_id
+    return result
+
+
+def _job_end(job_id: str, jobdir: str) -> str:
+    done = _slurm(["scontrol", "show", "job", job_id])
+    found = dict(re.findall(r"(JobState|Reason|ExitCode)=(\S+)", done.stdout))
+    try:
+        with open(os.path.join(jobdir, "job.out"), errors="replace") as f:
+            said = f.read().strip()[-1500:]
+    except OSError:
+        said = ""
+    state = ", ".join(f"{k}={v}" for k, v in found.items()) or "unknown (SLURM forgot it)"
+    return f"SLURM says: {state}." + (f" The batch script printed:\n{said}" if said else "")
+

@@ -1,0 +1,245 @@
+"""A real single-node SLURM cluster on this machine, everything in one temporary directory.
+
+For trying the SLURM backend (``launch(..., backend="slurm")``, ``srun -n2 Rscript train.R``)
+without a cluster, and for the test suite and the tutorial: it starts ``munged``,
+``slurmctld`` and ``slurmd`` from the installed Debian packages (``slurmd slurmctld
+slurm-client munge``) with their own key, socket, configuration, state, spool, pid and log files
+and non-default ports in a temporary directory, so nothing in ``/etc/slurm`` or ``/etc/munge``
+is read or changed, and stops them afterwards::
+
+    with LocalSlurm() as slurm:               # sets SLURM_CONF for this process and its children
+        subprocess.run(["srun", "-n2", "hostname"], env=slurm.env())
+
+Every daemon runs as the current user, which must be root (``SlurmUser=root``: slurmd starts
+job steps as the submitting user and needs root to do so).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+from .cluster import free_ports
+from .errors import LaunchError
+
+_DAEMONS = ("munged", "slurmctld", "slurmd")
+
+
+def _port_range_free(first: int, count: int) -> bool:
+    for port in range(first, first + count):
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                return False
+    return True
+
+
+def _reserved_port_range(count: int = 100) -> int:
+    """First port of ``count`` consecutive free ports for SLURM's reserved step ports."""
+    for first in range(21000, 30000, count):
+        if _port_range_free(first, count):
+            return first
+    raise LaunchError(f"No {count} consecutive free ports between 21000 and 30000 for SLURM's "
+                      f"reserved step ports (MpiParams=ports=...): free some ports and retry.")
+
+
+class LocalSlurm:
+    """A single-node SLURM cluster (munged + slurmctld + slurmd) in a temporary directory.
+
+    Args:
+        cpus: CPUs SLURM may hand out on the node (tasks of a job step each take one).
+        directory: where to put everything; default a new temporary directory, removed by
+            :meth:`stop`.
+        start_timeout: seconds to wait for the node to become idle in ``sinfo``.
+
+    Raises:
+        LaunchError: a program is missing, this is not root, or a daemon did not start (the
+            message quotes its log).
+
+    Example:
+        >>> with LocalSlurm() as slurm:                        # doctest: +SKIP
+        ...     print(slurm.run(["sinfo"]).stdout)
+    """
+
+    def __init__(self, cpus: int = 2, directory: str | None = None, start_timeout: float = 60.0):
+        self.cpus = int(cpus)
+        self.start_timeout = float(start_timeout)
+        self._own_dir = directory is None
+        self.dir = directory or tempfile.mkdtemp(prefix="tfdistributed-slurm-")
+        self.conf = os.path.join(self.dir, "slurm.conf")
+        self.node = socket.gethostname().split(".")[0]
+        self.partition = "tfd"
+        self._previous_conf = None
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def env(self, base=None) -> dict:
+        """An environment for SLURM commands that talk to this cluster."""
+        env = dict(os.environ if base is None else base)
+        env["SLURM_CONF"] = self.conf
+        return env
+
+    def run(self, argv, timeout=30.0, check=True) -> subprocess.CompletedProcess:
+        """Run a SLURM client command (``sinfo``, ``srun``...) against this cluster."""
+        done = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise LaunchError(f"{' '.join(argv)} failed with status {done.returncode}: "
+                              f"{done.stderr.strip() or done.stdout.strip()}")
+        return done
+
+    def _check_tools(self) -> None:
+        missing = [p for p in (*_DAEMONS, "srun", "sbatch", "sinfo", "scontrol")
+                   if shutil.which(p) is None and not os.path.exists(f"/usr/sbin/{p}")]
+        if missing:
+            raise LaunchError(
+                f"Cannot start a local SLURM cluster: {', '.join(missing)} not found. Install the "
+                f"Debian packages slurmd slurmctld slurm-client munge (scripts/setup.sh does).")
+        if os.geteuid() != 0:
+            raise LaunchError(
+                "A local SLURM cluster runs its daemons as root (slurmd starts job steps as the "
+                "submitting user), and this process is not root: run it as root.")
+
+    def _write_config(self) -> None:
+        # munged refuses a socket in a directory that not everyone may traverse.
+        os.chmod(self.dir, 0o711)
+        for sub, mode in (("munge", 0o711), ("key", 0o700), ("state", 0o700), ("spool", 0o700),
+                          ("log", 0o700)):
+            os.makedirs(self.path(sub), exist_ok=True)
+            os.chmod(self.path(sub), mode)
+        key = self.path("key/munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o400)
+        ctld_port, slurmd_port = free_ports(2)
+        first = _reserved_port_range()
+        d = self.dir
+        lines = [
+            "ClusterName=tfdistributed",
+            f"SlurmctldHost={self.node}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={d}/munge/munge.socket",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "MpiDefault=none",
+            # Reserved ports for `srun --resv-ports`: SLURM hands each step its own ports.
+            f"MpiParams=ports={first}-{first + 99}",
+            f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={slurmd_port}",
+            f"StateSaveLocation={d}/state",
+            f"SlurmdSpoolDir={d}/spool",
+            f"SlurmctldPidFile={d}/slurmctld.pid",
+            f"SlurmdPidFile={d}/slurmd.pid",
+            f"SlurmctldLogFile={d}/log/slurmctld.log",
+            f"SlurmdLogFile={d}/log/slurmd.log",
+            "ReturnToService=2",
+            # scancel: SIGTERM, then SIGKILL after 5 s (default 30 s).
+            "KillWait=5",
+            f"NodeName={self.node} CPUs={self.cpus} State=UNKNOWN",
+            f"PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
+        ]
+        with open(self.conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def _log_tail(self, name: str, n: int = 15) -> str:
+        try:
+            with open(self.path(f"log/{name}.log"), errors="replace") as f:
+                return "".join(f.readlines()[-n:]).strip() or "(empty)"
+        except OSError:
+            return "(no log)"
+
+    def _start(self, name: str, argv: list, ready) -> None:
+        """Run a daemon in the foreground as our child (so we reap it: this machine's init does
+        not reap orphans) and wait until ``ready()``."""
+        with open(self.path(f"log/{name}.out"), "wb") as out:
+            proc = subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self._procs[name] = proc
+        deadline = time.monotonic() + self.start_timeout
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with open(self.path(f"log/{name}.out"), errors="replace") as f:
+                    said = f.read().strip()[-2000:]
+                how = (f"exited with status {proc.returncode}" if proc.poll() is not None
+                       else f"was not ready within {self.start_timeout:g} s")
+                raise LaunchError(f"{name} {how}: {said or '(no output)'}\n"
+                                  f"Its log:\n{self._log_tail(name)}")
+            time.sleep(0.1)
+
+    def start(self) -> "LocalSlurm":
+        """Start the daemons and wait until the node is idle; returns ``self``."""
+        self._check_tools()
+        self._write_config()
+        d = self.dir
+        try:
+            socket_path = f"{d}/munge/munge.socket"
+            self._start("munged", ["munged", "--foreground", f"--key-file={d}/key/munge.key",
+                                   f"--socket={socket_path}", f"--pid-file={d}/munged.pid",
+                                   f"--log-file={d}/log/munged.log", f"--seed-file={d}/key/seed"],
+                        lambda: os.path.exists(socket_path))
+            self._start("slurmctld", ["slurmctld", "-D", "-f", self.conf],
+                        lambda: self.run(["scontrol", "ping"], check=False).returncode == 0)
+            self._start("slurmd", ["slurmd", "-D", "-f", self.conf],
+                        lambda: os.path.exists(self.path("slurmd.pid")))
+            self._wait_idle()
+        except BaseException:
+            self.stop()
+            raise
+        self._previous_conf = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = self.conf
+        return self
+
+    def _wait_idle(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        state = ""
+        while time.monotonic() < deadline:
+            done = self.run(["sinfo", "-h", "-N", "-o", "%T"], check=False)
+            state = (done.stdout or done.stderr).strip()
+            if done.returncode == 0 and state == "idle":
+                return
+            time.sleep(0.5)
+        raise LaunchError(
+            f"The local SLURM node {self.node} did not become idle within {self.start_timeout:g} s "
+            f"(sinfo says: {state or 'nothing'}).\nslurmctld log:\n{self._log_tail('slurmctld')}"
+            f"\nslurmd log:\n{self._log_tail('slurmd')}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Cancel every job, stop the daemons (slurmd, slurmctld, munged), remove the directory."""
+        if "slurmctld" in self._procs:
+            self.run(["scancel", "--full", f"--partition={self.partition}"], check=False)
+        for name in reversed(_DAEMONS):
+            proc = self._procs.pop(name, None)
+            if proc is None:
+                continue
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout)
+        if self._previous_conf is None:
+            if os.environ.get("SLURM_CONF") == self.conf:
+                os.environ.pop("SLURM_CONF")
+        else:
+            os.environ["SLURM_CONF"] = self._previous_conf
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalSlurm":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+

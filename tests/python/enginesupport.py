@@ -1,0 +1,50 @@
+"""Helpers shared by the engine tests (SLURM, Ray): weights written by each worker, and the
+processes a job may leave behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "tests" / "python" / "scripts"
+
+
+def r_env(**extra) -> dict:
+    """Environment for tasks that run R: this project's R library and this Python."""
+    env = dict(os.environ)
+    env.update(R_LIBS=str(ROOT / ".rlib"), RETICULATE_PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def assert_identical_weights(outdir, names=("worker-0", "worker-1")) -> list:
+    """Both workers trained in lock-step: their saved weights are identical, array by array."""
+    loaded = []
+    for name in names:
+        with np.load(Path(outdir) / f"{name}.npz") as f:
+            loaded.append([f[k] for k in sorted(f.files, key=lambda k: int(k.strip("warr_")))])
+    first, *others = loaded
+    assert len(first) >= 2
+    for other in others:
+        assert len(other) == len(first)
+        for a, b in zip(first, other):
+            np.testing.assert_array_equal(a, b)
+    return first
+
+
+def processes_running(marker: str) -> list:
+    """Live processes whose command line mentions ``marker`` (zombies are already gone)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
+                found.append((p.pid, p.info["cmdline"]))
+        except psutil.Error:
+            continue
+    return found

@@ -1,0 +1,183 @@
+"""SLURM, against a real single-node cluster started here (tests/conftest.py: slurm_cluster).
+
+Inside `srun`, make_strategy("auto") / distribute_strategy("auto") builds the cluster from
+SLURM's environment with no TF_CONFIG and no SLURM code in the script; launch(...,
+backend="slurm") submits with sbatch, follows each task, and cancels failed or late jobs.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import ClusterConfigError, LaunchError, LaunchTimeoutError
+from tfdistributed.slurm import tf_config_from_slurm
+
+from enginesupport import SCRIPTS, assert_identical_weights, processes_running, r_env
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+def step_env(procid, ntasks, nodelist, per_node, localid, nodeid=0, **more):
+    env = {"SLURM_PROCID": str(procid), "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": str(ntasks),
+           "SLURM_STEP_NODELIST": nodelist, "SLURM_STEP_TASKS_PER_NODE": per_node,
+           "SLURM_LOCALID": str(localid), "SLURM_NODEID": str(nodeid)}
+    env.update(more)
+    return env
+
+
+def test_block_layout_over_nodes_with_port_base_and_local_ids(slurm_cluster):
+    # 5 tasks on node[1-2]: 3 + 2, as srun's default block distribution places them.
+    config = tf_config_from_slurm(step_env(4, 5, "node[1-2]", "3,2", 1, nodeid=1), port_base=20000)
+    assert config["cluster"] == {"worker": ["node1:20000", "node1:20001", "node1:20002",
+                                            "node2:20000", "node2:20001"]}
+    assert config["task"] == {"type": "worker", "index": 4}
+
+
+def test_cyclic_layout_and_reserved_ports(slurm_cluster):
+    env = step_env(1, 4, "n[7,9]", "2(x2)", 0, nodeid=1, SLURM_DISTRIBUTION="cyclic",
+                   SLURM_STEP_RESV_PORTS="12001-12002")
+    config = tf_config_from_slurm(env)
+    assert config["cluster"]["worker"] == ["n7:12001", "n9:12001", "n7:12002", "n9:12002"]
+    assert config["task"]["index"] == 1
+
+
+def test_parameter_server_roles_by_option():
+    env = step_env(2, 4, "n1", "4", 2, TFDISTRIBUTED_SLURM_PS="1")
+    config = tf_config_from_slurm(env)
+    assert config["cluster"] == {"chief": ["n1:15000"], "ps": ["n1:15001"],
+                                 "worker": ["n1:15002", "n1:15003"]}
+    assert config["task"] == {"type": "worker", "index": 0}
+    chief = tf_config_from_slurm(step_env(0, 3, "n1", "3", 0), chief=True)
+    assert chief["cluster"] == {"chief": ["n1:15000"], "worker": ["n1:15001", "n1:15002"]}
+
+
+def test_layout_errors_name_the_fix():
+    with pytest.raises(ClusterConfigError, match="start it with srun"):
+        tf_config_from_slurm({})
+    with pytest.raises(ClusterConfigError, match="--distribution=block"):
+        tf_config_from_slurm(step_env(0, 2, "n1", "2", 0, SLURM_DISTRIBUTION="plane=2"))
+    # Task 1 says it is local task 0 of node 1; block layout puts it on node 0: not ours to guess.
+    with pytest.raises(ClusterConfigError, match="--distribution=block"):
+        tf_config_from_slurm(step_env(1, 2, "n[1-2]", "1(x2)", 0, nodeid=0))
+    with pytest.raises(ClusterConfigError, match="at least 3 SLURM tasks"):
+        tf_config_from_slurm(step_env(0, 2, "n1", "2", 0), ps=1)
+
+
+def test_srun_python_script_trains_two_workers_with_no_configuration(slurm_cluster, tmp_path):
+    done = slurm_cluster.run(
+        ["srun", "-N1", "-n2", "--label", sys.executable, str(SCRIPTS / "mwms_digits.py"),
+         str(tmp_path), "--epochs", "2"], timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_identical_weights(tmp_path)
+    for i in (0, 1):
+        assert f"{i}: done:" in done.stdout
+
+
+def test_srun_r_script_trains_two_workers_with_distribute_strategy_auto(slurm_cluster, tmp_path):
+    import subprocess
+
+    done = subprocess.run(
+        ["srun", "-N1", "-n2", "--label", "Rscript", str(SCRIPTS / "mwms_digits.R"), str(tmp_path)],
+        env=r_env(SLURM_CONF=slurm_cluster.conf), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_identical_weights(tmp_path)
+    # SLURM's reserved ports of the step (MpiParams=ports=... in the cluster's slurm.conf).
+    assert "worker 1 of 2 workers" in done.stdout
+    assert f'"{slurm_cluster.node}:' in done.stdout
+
+
+def _task_and_argument(x):
+    import json
+    import os
+
+    return json.loads(os.environ["TF_CONFIG"])["task"], os.environ["SLURM_PROCID"], x
+
+
+def test_launch_function_target_returns_each_tasks_value(slurm_cluster):
+    result = tfd.launch(_task_and_argument, workers=2, args=("hi",), backend="slurm", timeout=120,
+                        echo=False)
+    assert result.values == [({"type": "worker", "index": 0}, "0", "hi"),
+                             ({"type": "worker", "index": 1}, "1", "hi")]
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    assert len(result.cluster["worker"]) == 2 and result.job_id
+
+
+def test_launch_python_script_two_workers_identical_weights(slurm_cluster, tmp_path):
+    lines = []
+    result = tfd.launch(str(SCRIPTS / "mwms_digits.py"), workers=2, backend="slurm",
+                        args=[str(tmp_path), "--epochs", "2"], timeout=300, echo=False,
+                        on_output=lines.append)
+    assert [(t.name, t.returncode) for t in result.tasks] == [("worker 0", 0), ("worker 1", 0)]
+    assert any(line.startswith("[worker 1] done:") for line in lines)
+    assert any(line.startswith("done:") for line in result.task("worker", 0).output)
+    assert_identical_weights(tmp_path)
+
+
+def test_failing_task_fails_the_job_fast_and_by_name(slurm_cluster, tmp_path):
+    path = tmp_path / "fail.py"
+    path.write_text(textwrap.dedent("""
+        import json, os, time
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            raise SystemExit("worker one gives up")
+        time.sleep(300)
+    """))
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match=r"Task worker 1 exited with status 1") as info:
+        tfd.launch(str(path), workers=2, backend="slurm", timeout=120, echo=False)
+    assert time.monotonic() - t0 < 30
+    assert "worker one gives up" in str(info.value)
+    assert [t.returncode for t in info.value.results][1] == 1
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+    assert processes_running(str(path)) == []
+
+
+def test_timeout_cancels_the_job(slurm_cluster, tmp_path):
+    path = tmp_path / "slow.py"
+    path.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
+    t0 = time.monotonic()
+    with pytest.raises(LaunchTimeoutError, match="did not finish within 4 s and was cancelled") as info:
+        tfd.launch(str(path), workers=2, backend="slurm", timeout=4, echo=False)
+    assert time.monotonic() - t0 < 40
+    assert "worker 0" in str(info.value)
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+    assert processes_running(str(path)) == []
+
+
+def _parameter_server_chief():
+    import tensorflow as tf
+
+    import tfdistributed as tfd
+
+    strategy = tfd.make_strategy("auto")
+    with strategy.scope():
+        v = tf.Variable(3.0)
+    v.assign_add(1.0)
+    return tfd.strategy_info(strategy)["num_ps"], v.device, float(v.numpy())
+
+
+def test_parameter_server_job_on_slurm_servers_stop_after_the_chief(slurm_cluster):
+    # 4 tasks on 2 CPUs: --overcommit lets SLURM start them all (the servers mostly wait).
+    result = tfd.launch(_parameter_server_chief, workers=2, ps=1, chief=True, backend="slurm",
+                        timeout=240, echo=False, sbatch_args=["--overcommit"])
+    assert [(t.name, t.server, t.returncode) for t in result.tasks] == [
+        ("chief 0", False, 0), ("ps 0", True, 0), ("worker 0", True, 0), ("worker 1", True, 0)]
+    num_ps, device, value = result.values[0]
+    assert (num_ps, value) == (1, 4.0) and "/job:ps/replica:0/task:0" in device
+    assert any("serving at" in line for line in result.task("ps", 0).output)
+
+
+def test_slurm_script_is_a_batch_script_to_keep(tmp_path):
+    script = tfd.slurm_script(str(SCRIPTS / "mwms_digits.R"), workers=4, args=["out"],
+                              partition="gpu", sbatch_args=["--gres=gpu:1"])
+    assert script.startswith("#!/bin/bash\n")
+    for expected in ("#SBATCH --ntasks=4", "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1",
+                     "srun --kill-on-bad-exit=1", "Rscript --no-save --no-restore",
+                     "mwms_digits.R out"):
+        assert expected in script
+    with pytest.raises(tfd.ArgumentTypeError, match="backend='slurm'"):
+        tfd.slurm_script(_task_and_argument)
