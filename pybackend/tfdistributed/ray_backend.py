@@ -1,0 +1,331 @@
+"""Run a job on Ray: one Ray actor per task, each running the target as its own process.
+
+``launch(target, workers=N, backend="ray")`` runs the same ``.py`` / ``.R`` script or Python
+function as the local launcher, on the Ray cluster this process is connected to
+(``ray.init(address=...)``, ``RAY_ADDRESS``, or ``address=``), else on a local Ray started for
+the job and shut down after it. Each task's output comes back prefixed with its role, its exit
+code and (functions) return value in a :class:`~tfdistributed.launch.LaunchResult`.
+
+Why plain actors and not Ray Train's ``TensorflowTrainer`` (read in ray 2.60,
+``ray/train/tensorflow/config.py``): its backend writes a TF_CONFIG with ``worker`` tasks only
+(no chief, no ps: no parameter-server jobs) and sets ``TF_USE_LEGACY_KERAS=1`` in every worker,
+i.e. it trains with legacy Keras, which is exactly what tfdistributed exists to avoid; its
+training loop is a function run inside Ray's worker process, so ``.R`` scripts, per-task exit
+codes and output, a timeout and cancelling one stuck task are not available; and its
+reporting/checkpoint API (``ray.train.report``) would put Ray code in the training script, which
+must not change between engines. What it adds, restarting the whole worker group after a
+failure, is ``max_failures`` here (the same meaning as Ray Train's ``FailureConfig``), and every
+Ray option of the actors (``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
+``scheduling_strategy``...) passes through ``ray_options``.
+
+A task's process dies with its actor (``PR_SET_PDEATHSIG``), so ``ray.kill`` and a lost node
+leave nothing behind; a dead actor fails the job with the task's name.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+
+from ._args import as_int
+from .errors import LaunchError, LaunchTimeoutError
+
+_RAY_MISSING = ("launch(..., backend='ray') needs Ray: pip install 'tfdistributed[ray]' (or "
+                "\"ray[train]==2.60.0\").")
+
+
+def _die_with_parent() -> None:
+    import ctypes
+    import signal
+
+    # PR_SET_PDEATHSIG: the task's process is killed when its actor's process goes away.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    os.setsid()
+
+
+class _TaskActor:
+    """One task: picks its port, runs the target as a child process, hands back its output."""
+
+    def __init__(self):
+        self.proc = None
+        self.lines: list = []
+        self.sent = 0
+        self.workdir = None
+
+    def address(self):
+        import portpicker
+        import ray
+
+        return (ray.util.get_node_ip_address(), portpicker.pick_unused_port(),
+                ray.get_runtime_context().get_node_id())
+
+    def start(self, argv, env, call_bytes, cwd):
+        import subprocess
+        import tempfile
+        import threading
+
+        self.workdir = tempfile.mkdtemp(prefix="tfdistributed-ray-")
+        if call_bytes is not None:
+            call_path = os.path.join(self.workdir, "call.pkl")
+            with open(call_path, "wb") as f:
+                f.write(call_bytes)
+            argv = [sys.executable, "-m", "tfdistributed", "_call", call_path,
+                    os.path.join(self.workdir, "result.pkl")]
+        full_env = dict(os.environ)
+        # Ray Train's TensorFlow backend sets it in Ray's workers; inherited, `import keras`
+        # would give legacy Keras. Only the job's own `env` may ask for it.
+        full_env.pop("TF_USE_LEGACY_KERAS", None)
+        full_env.update(env)
+        full_env.setdefault("RETICULATE_PYTHON", sys.executable)
+        argv = [sys.executable if a == "{python}" else a for a in argv]
+        self.proc = subprocess.Popen(argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     preexec_fn=_die_with_parent)
+
+        def read():
+            for raw in iter(self.proc.stdout.readline, b""):
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        return os.getpid()
+
+    def poll(self):
+        """New output lines since the last call, and the exit code (None while running)."""
+        code = self.proc.poll()
+        if code is not None:
+            self.reader.join(timeout=5)
+        new, self.sent = self.lines[self.sent:], len(self.lines)
+        return new, code
+
+    def value(self):
+        path = os.path.join(self.workdir, "result.pkl")
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    def stop(self, grace=5.0):
+        import shutil
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait)
+                    break
+                except Exception:
+                    continue
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return True
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise LaunchError(_RAY_MISSING) from None
+    return ray
+
+
+def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None, args=(),
+               on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
+               show_all=False, address=None, ray_options=None, max_failures=0, grace=5.0,
+               poll=0.25):
+    """Run ``target`` as a job of Ray actors; returns a :class:`~tfdistributed.launch.LaunchResult`.
+
+    Also reached as ``launch(target, workers=N, backend="ray", ...)``.
+
+    Args:
+        address: a Ray cluster to connect to when this process is not connected yet (default:
+            ``RAY_ADDRESS``, else a local Ray with one CPU per task, shut down afterwards).
+        ray_options: options for every task's actor (``ActorClass.options()``); default
+            ``{"num_cpus": 1}``.
+        max_failures: run the whole job again this many times after a failed task (Ray Train's
+            ``FailureConfig(max_failures=...)``); a timeout is never retried.
+        python: the Python on the nodes (default: the one running each actor).
+        timeout, env, args, on_output, echo, rscript, cwd, show_all, grace: as :func:`launch`.
+            Script paths (and ``cwd``) must exist on every node (shared storage).
+
+    Raises:
+        LaunchError: a task failed or its actor died (named), on the last attempt.
+        LaunchTimeoutError: the job did not finish (or Ray could not place its tasks) in time.
+    """
+    ray = _import_ray()
+    max_failures = as_int(max_failures, "max_failures", minimum=0)
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address or os.environ.get("RAY_ADDRESS"):
+            ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
+        else:
+            n = as_int(workers, "workers", minimum=1) + as_int(ps, "ps", minimum=0) + int(bool(chief))
+            ray.init(num_cpus=max(n, 2), include_dashboard=False, log_to_driver=False)
+    try:
+        for attempt in range(max_failures + 1):
+            try:
+                return _run(ray, target, workers, ps, chief, timeout=float(timeout), env=env,
+                            args=args, on_output=on_output, echo=echo, python=python,
+                            rscript=rscript, cwd=cwd, show_all=show_all,
+                            ray_options=ray_options, grace=grace, poll=poll)
+            except LaunchTimeoutError:
+                raise
+            except LaunchError as e:
+                if attempt == max_failures:
+                    raise
+                if on_output is not None:
+                    on_output(f"[launch] attempt {attempt + 1} failed; running the job again "
+                              f"({max_failures - attempt} retries left): {str(e).splitlines()[0]}")
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo, python,
+         rscript, cwd, show_all, ray_options, grace, poll):
+    import json
+
+    import cloudpickle
+
+    from .cluster import ROLES, tf_config
+    from .launch import (_NOISE, LaunchResult, TaskResult, _clean_line, _error_summary,
+                         _target_argv)
+
+    ps = as_int(ps, "ps", minimum=0)
+    workers = as_int(workers, "workers", minimum=1)
+    if ps and not chief:
+        from .errors import ClusterConfigError
+
+        raise ClusterConfigError("A parameter-server job needs chief=True: the target runs as the "
+                                 "chief (the coordinator); workers and ps tasks serve.")
+    counts = {"chief": int(bool(chief)), "worker": workers, "ps": ps}
+    roles = [(r, i) for r in ROLES for i in range(counts.get(r, 0))]
+    names = [f"{r} {i}" for r, i in roles]
+    call_bytes = None
+    if callable(target):
+        call_bytes = cloudpickle.dumps((target, tuple(args)))
+        argv = None
+    else:
+        if not isinstance(target, (str, os.PathLike)):
+            from .errors import ArgumentTypeError
+
+            raise ArgumentTypeError(f"launch() target must be a script path or a Python function, "
+                                    f"got {type(target).__name__}.")
+        argv, _ = _target_argv(os.path.abspath(os.fspath(target)), args, python or "{python}",
+                               rscript, None)
+    options = {"num_cpus": 1, **(ray_options or {})}
+    actor_cls = ray.remote(_TaskActor)
+    actors = [actor_cls.options(name=None, **options).remote() for _ in roles]
+    t0 = time.monotonic()
+    lines = [[] for _ in roles]
+    codes: list = [None] * len(roles)
+
+    def emit(i, new):
+        for raw in new:
+            line = _clean_line(raw)
+            lines[i].append(line)
+            if show_all or not _NOISE.match(line):
+                if echo:
+                    print(f"[{names[i]}] {line}", flush=True)
+                if on_output is not None:
+                    on_output(f"[{names[i]}] {line}")
+
+    def results():
+        return [TaskResult(r, i, c, list(out), None, bool(ps) and r != "chief")
+                for (r, i), c, out in zip(roles, codes, lines)]
+
+    stopped, launched = [], []
+
+    def stop_all():
+        if stopped:
+            return
+        stopped.append(True)
+        refs = []
+        # Actors that never started a process (still waiting for resources) just go.
+        for a in actors if launched else ():
+            try:
+                refs.append(a.stop.remote(grace))
+            except Exception:
+                pass
+        try:
+            ray.get(refs, timeout=2 * grace + 5)
+        except Exception:
+            pass
+        for a in actors:
+            ray.kill(a)
+
+    try:
+        try:
+            placed = ray.get([a.address.remote() for a in actors], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise LaunchTimeoutError(
+                f"Ray could not start the job's {len(roles)} task actors within {timeout:g} s (each "
+                f"asks for {options}); the cluster has {ray.cluster_resources()}. Ask for fewer "
+                f"tasks or resources, or add nodes.", results()) from None
+        here = ray.get_runtime_context().get_node_id()
+        # All on this machine: loopback only (TensorFlow's gRPC servers have no authentication).
+        local = all(node == here for _, _, node in placed)
+        cluster: dict = {}
+        for (role, _), (ip, port, _) in zip(roles, placed):
+            cluster.setdefault(role, []).append(f"{'127.0.0.1' if local else ip}:{port}")
+        base = {str(k): str(v) for k, v in (env or {}).items()}
+        base.update(PYTHONUNBUFFERED="1", TFDISTRIBUTED_LAUNCHED="1")
+        if call_bytes is not None:
+            base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        starts = []
+        launched.append(True)
+        for a, (role, i) in zip(actors, roles):
+            task_env = dict(base, TF_CONFIG=json.dumps(tf_config(cluster, role, i)))
+            server = bool(ps) and role != "chief"
+            task_argv = [python or "{python}", "-m", "tfdistributed", "server"] if server else argv
+            starts.append(a.start.remote(task_argv, task_env, None if server else call_bytes, cwd))
+        ray.get(starts, timeout=max(1.0, timeout - (time.monotonic() - t0)))
+        primaries = [n for n, (r, _) in enumerate(roles) if not ps or r == "chief"]
+        while True:
+            for n, a in enumerate(actors):
+                if codes[n] is not None:
+                    continue
+                try:
+                    new, codes[n] = ray.get(a.poll.remote(), timeout=30)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                    codes[n] = -9
+                    stop_all()
+                    raise LaunchError(
+                        f"Task {names[n]} was lost: its Ray actor died ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else 'no reason given'}); every other "
+                        f"task was stopped. {_error_summary(lines[n])}", results()) from None
+                emit(n, new)
+            failed = [n for n, c in enumerate(codes) if c not in (None, 0)]
+            failed += [n for n, c in enumerate(codes) if c == 0 and n not in primaries]
+            if failed:
+                n = failed[0]
+                stop_all()
+                code = codes[n]
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+                raise LaunchError(f"Task {names[n]} {how}; every other task was stopped. "
+                                  f"{_error_summary(lines[n])}", results())
+            if all(codes[n] == 0 for n in primaries):
+                break
+            if time.monotonic() - t0 > timeout:
+                running = [names[n] for n, c in enumerate(codes) if c is None]
+                stop_all()
+                raise LaunchTimeoutError(f"The Ray job did not finish within {timeout:g} s; every "
+                                         f"task was stopped. Still running at the timeout: "
+                                         f"{', '.join(running)}.", results())
+            time.sleep(poll)
+        out = results()
+        if call_bytes is not None:
+            for n in primaries:
+                raw = ray.get(actors[n].value.remote(), timeout=60)
+                out[n].value = pickle.loads(raw) if raw is not None else None
+        stop_all()
+    except BaseException:
+        stop_all()
+        raise
+    return LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)

@@ -1,0 +1,118 @@
+"""Ray, against a real local Ray with 2 CPUs (tests/conftest.py: ray_cluster).
+
+launch(..., backend="ray") runs the same script or function as the local launcher, one Ray actor
+per task, with Keras 3 (not the legacy Keras Ray Train forces), per-task results, and failures,
+lost actors and timeouts reported by task name.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import LaunchError, LaunchTimeoutError
+
+from enginesupport import SCRIPTS, assert_identical_weights, processes_running
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+def _keras_and_task(x):
+    import json
+    import os
+
+    import keras
+
+    return (keras.__version__, os.environ.get("TF_USE_LEGACY_KERAS"),
+            json.loads(os.environ["TF_CONFIG"])["task"], x)
+
+
+def test_function_target_runs_keras_3_even_where_ray_train_asks_for_legacy(ray_cluster):
+    # What Ray Train's TensorFlow backend puts in every worker's environment.
+    legacy = {"runtime_env": {"env_vars": {"TF_USE_LEGACY_KERAS": "1"}}}
+    result = tfd.launch(_keras_and_task, workers=2, args=(7,), backend="ray", timeout=120,
+                        echo=False, ray_options={"num_cpus": 1, **legacy})
+    assert [v[1:] for v in result.values] == [(None, {"type": "worker", "index": 0}, 7),
+                                              (None, {"type": "worker", "index": 1}, 7)]
+    assert all(v[0].startswith("3.") for v in result.values)
+    assert all(a.startswith("127.0.0.1:") for a in result.cluster["worker"])
+
+
+def test_python_script_two_workers_identical_weights(ray_cluster, tmp_path):
+    lines = []
+    result = tfd.launch(str(SCRIPTS / "mwms_digits.py"), workers=2, backend="ray",
+                        args=[str(tmp_path), "--epochs", "2"], timeout=300, echo=False,
+                        on_output=lines.append)
+    assert [(t.name, t.returncode) for t in result.tasks] == [("worker 0", 0), ("worker 1", 0)]
+    assert any(line.startswith("[worker 1] done:") for line in lines)
+    assert_identical_weights(tmp_path)
+
+
+def test_failing_task_fails_the_job_fast_and_by_name(ray_cluster, tmp_path):
+    path = tmp_path / "fail.py"
+    path.write_text(textwrap.dedent("""
+        import json, os, time
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            raise SystemExit("worker one gives up")
+        time.sleep(300)
+    """))
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="Task worker 1 exited with status 1") as info:
+        tfd.launch(str(path), workers=2, backend="ray", timeout=120, echo=False)
+    assert time.monotonic() - t0 < 30
+    assert "worker one gives up" in str(info.value)
+    assert processes_running(str(path)) == []
+
+
+def _kill_my_actor():
+    import json
+    import os
+    import signal
+    import time
+
+    if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+        # The task's parent is its Ray actor: a worker process lost with its machine.
+        os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(300)
+
+
+def test_a_lost_actor_fails_the_job_by_name(ray_cluster):
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="Task worker 0 was lost: its Ray actor died"):
+        tfd.launch(_kill_my_actor, workers=2, backend="ray", timeout=120, echo=False)
+    assert time.monotonic() - t0 < 60
+    assert processes_running("tfdistributed _call") == []
+
+
+def test_max_failures_runs_the_job_again(ray_cluster, tmp_path):
+    path = tmp_path / "flaky.py"
+    marker = tmp_path / "failed-once"
+    path.write_text(textwrap.dedent(f"""
+        import os
+        if not os.path.exists({str(marker)!r}):
+            open({str(marker)!r}, "w").close()
+            raise SystemExit("first attempt fails")
+        print("second attempt", flush=True)
+    """))
+    lines = []
+    result = tfd.launch(str(path), workers=1, backend="ray", timeout=120, echo=False,
+                        max_failures=1, on_output=lines.append)
+    assert result.tasks[0].output == ["second attempt"]
+    assert any("attempt 1 failed; running the job again" in line for line in lines)
+
+
+def test_timeout_stops_every_task(ray_cluster, tmp_path):
+    path = tmp_path / "slow.py"
+    path.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
+    with pytest.raises(LaunchTimeoutError, match="did not finish within 5 s") as info:
+        tfd.launch(str(path), workers=2, backend="ray", timeout=5, echo=False)
+    assert "worker 0, worker 1" in str(info.value)
+    assert processes_running(str(path)) == []
+
+
+def test_more_tasks_than_the_cluster_can_place_is_a_timeout_that_says_so(ray_cluster):
+    with pytest.raises(LaunchTimeoutError, match="Ray could not start the job's 3 task actors"):
+        tfd.launch(_keras_and_task, workers=3, args=(0,), backend="ray", timeout=5, echo=False)
