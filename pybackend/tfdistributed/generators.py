@@ -28,9 +28,12 @@ shipped to another process): :func:`check_strategy` refuses with a message point
 sharded files (:func:`write_shards`, :func:`read_shards`), which every worker reads with
 TensorFlow's own readers.
 
-Also here: :func:`find_host_generators`, which spots a raw ``from_generator`` dataset (its
-generator runs as a Python callback inside TensorFlow), so the R package can run such a
-dataset the same way instead of hanging.
+Also here: :func:`find_host_generators`, which spots a raw ``from_generator`` dataset whose
+generator is an R function, so that ``fit_distributed()`` refuses it at once with a message
+naming ``dataset_from_generator()`` instead of hanging. (Serving such a dataset from R's main
+thread works too - reticulate runs the callbacks there - but TensorFlow keeps calling it from
+iterators Keras throws away, and a call into R left waiting when the session ends crashed R at
+exit in our tests; the feed above has no such callback.)
 """
 
 from __future__ import annotations
@@ -73,10 +76,11 @@ def _as_batch_array(value, where: str):
     if array.ndim == 0:
         raise GeneratorError(f"{where} is a single number, not a batch: it needs a first (batch) "
                              f"dimension. {SIGNATURE_HELP}")
+    # One copy: R arrays arrive as float64 in column-major order, TensorFlow wants row-major.
     if array.dtype == np.float64 or array.dtype == bool:
-        array = array.astype(np.float32)
-    elif array.dtype == np.int64:
-        array = array.astype(np.int32)
+        return np.ascontiguousarray(array, dtype=np.float32)
+    if array.dtype == np.int64:
+        return np.ascontiguousarray(array, dtype=np.int32)
     return np.ascontiguousarray(array)
 
 
@@ -100,9 +104,16 @@ def _as_structure(batch, number: int):
 
 
 def _leaves(structure):
-    import tensorflow as tf
-
-    return tf.nest.flatten(structure)
+    """The arrays (or specs) of a ``(x, y[, w])`` batch in ``tf.nest.flatten`` order; x may be
+    a tuple or a dict of them. By hand: this runs for every batch on R's main thread."""
+    x, *rest = structure
+    if isinstance(x, dict):
+        inputs = [x[k] for k in sorted(x)]
+    elif isinstance(x, tuple):
+        inputs = list(x)
+    else:
+        inputs = [x]
+    return inputs + rest
 
 
 def _layout(structure):
@@ -184,7 +195,7 @@ class BatchFeed:
     def free_slots(self, timeout=0.01) -> int:
         """Free places in the buffer, waiting up to ``timeout`` s for one; -1: stop producing.
 
-        Polls every millisecond: the consumer is TensorFlow's graph, which cannot signal back.
+        Polls: the consumer is TensorFlow's graph, which cannot signal back.
         Only this producer adds elements, so the slots returned stay free until it fills them.
         """
         deadline = time.monotonic() + float(timeout)
@@ -194,7 +205,9 @@ class BatchFeed:
             free = self._capacity - (0 if self._queue is None else self._size())
             if free > 0 or time.monotonic() >= deadline:
                 return max(free, 0)
-            time.sleep(0.001)
+            # A full buffer holds several steps of work: polling every 2 ms keeps it topped up
+            # and leaves the CPU and the GIL to training.
+            time.sleep(0.002)
 
     def _start(self, structure):
         import tensorflow as tf
@@ -318,24 +331,24 @@ class BatchFeed:
 
         def dequeue(_):
             flag, *leaves = queue.dequeue()
-            return flag, tuple(tf.ensure_shape(leaf, shape) for leaf, shape in zip(leaves, shapes))
-
-        def batch(flag, leaves):
             ok = tf.logical_and(tf.not_equal(flag, self._STOP), tf.logical_not(stopped.read_value()))
             check = tf.debugging.Assert(ok, ["The R generator failed or training was stopped; "
                                              "the R session reports why."])
             with tf.control_dependencies([check]):
-                leaves = [tf.identity(leaf) for leaf in leaves]
-            return tf.nest.pack_sequence_as(spec, leaves)
+                flag = tf.identity(flag)
+            return flag, tuple(tf.ensure_shape(leaf, shape) for leaf, shape in zip(leaves, shapes))
 
         dataset = tf.data.Dataset.from_tensors(0).repeat().map(dequeue)
         not_end = lambda flag, _: tf.not_equal(flag, self._END_PASS)  # noqa: E731
         dataset = dataset.filter(not_end) if self._stream else dataset.take_while(not_end)
+        dataset = dataset.map(lambda _, leaves: tf.nest.pack_sequence_as(spec, list(leaves)))
         options = tf.data.Options()
-        # The queue is the prefetch buffer; a prefetch tf.data injects would read (and check)
-        # batches ahead, so a stop would take effect only after those.
+        # The queue is the prefetch buffer. A prefetch tf.data would inject reads (and checks)
+        # batches ahead on a thread of its own, so a stop would take effect only after those,
+        # and a reader left waiting on the queue when the process exits crashed the interpreter
+        # at shutdown in our tests.
         options.experimental_optimization.inject_prefetch = False
-        dataset = dataset.map(batch).with_options(options)
+        dataset = dataset.with_options(options)
         # Each worker's generator already produces that worker's data: no auto-sharding.
         return with_shard_policy(dataset, "off")
 
@@ -481,12 +494,6 @@ def start_evaluate(model, feed, **kwargs) -> TrainingJob:
 
     check_strategy(model, kwargs.get("strategy"), "evaluate")
     return TrainingJob(evaluate, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
-
-
-def start_call(function, **kwargs) -> TrainingJob:
-    """Start ``function(**kwargs)`` (e.g. ``tfdistributed.fit`` on a raw ``from_generator``
-    dataset) on a thread, so R's main thread stays free for the callbacks into R."""
-    return TrainingJob(function, kwargs).start()
 
 
 # --- raw from_generator datasets ---------------------------------------------------------------
@@ -726,4 +733,4 @@ def read_shards(directory, label, *, batch_size, features=None, shuffle_files=Fa
 
 __all__ = ["BatchFeed", "GeneratorError", "TrainingJob", "check_strategy", "describe_signature",
            "find_host_generators", "read_shards", "refuse_r_generator_on_main_thread",
-           "start_call", "start_evaluate", "start_fit", "worker_context", "write_shards"]
+           "start_evaluate", "start_fit", "worker_context", "write_shards"]

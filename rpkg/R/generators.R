@@ -107,8 +107,10 @@ print.tfdistributed_generator_dataset <- function(x, ...) {
 #'
 #' `TRUE` for [dataset_from_generator()] objects, and for `tf.data` datasets
 #' whose elements come from an R function through a Python callback (such as
-#' `tf$data$Dataset$from_generator(<R function>)`), which [fit_distributed()]
-#' runs on a background thread so that R's main thread can serve them.
+#' `tf$data$Dataset$from_generator(<R function>)`). [fit_distributed()] serves
+#' the former from R's main thread; the latter would hang in Keras (its
+#' callback waits for R's main thread, which waits inside `fit()`), so it is
+#' refused at once with an error that points to [dataset_from_generator()].
 #'
 #' @param x An object.
 #' @return A single logical.
@@ -134,6 +136,19 @@ serve_training <- function(call, x, env, what) {
   eval(call, env)
 }
 
+# A tf$data$Dataset$from_generator(<R function>) would hang in fit(): refused with the fix.
+refuse_raw_generator <- function(x, what) {
+  if (!inherits(x, "tfdistributed_generator_dataset")) {
+    abort(what, "() was given a tf.data dataset whose generator is an R function ",
+          "(tf$data$Dataset$from_generator(<R function>)). Keras would hang on it: TensorFlow ",
+          "calls the generator on its own thread, and that call waits for R's main thread, ",
+          "which waits inside fit(). Pass dataset_from_generator(<your function>) instead: it ",
+          "takes the same kind of function (returning list(x, y) per batch, NULL at the end ",
+          "of an epoch) and serves it from R's main thread while TensorFlow trains.",
+          class = "tfdistributed_generator_error")
+  }
+}
+
 no_array_args <- function(what, y, batch_size, sample_weight) {
   given <- c(y = !is.null(y), batch_size = !is.null(batch_size),
              sample_weight = !is.null(sample_weight))
@@ -149,11 +164,11 @@ fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_si
                        shuffle = TRUE, seed = NULL, steps_per_epoch = NULL,
                        sample_weight = NULL, check_shards = TRUE,
                        verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  refuse_raw_generator(x, "fit_distributed")
   check_model(model)
   check_strategy(strategy, allow_null = TRUE)
   no_array_args("fit_distributed", y, batch_size, sample_weight)
-  is_generator <- inherits(x, "tfdistributed_generator_dataset")
-  if (is_generator && !is.null(shard_policy)) {
+  if (!is.null(shard_policy)) {
     abort("fit_distributed(): `shard_policy` does not apply to a generator: each worker's ",
           "generator produces that worker's data (TensorFlow does not shard it).",
           class = "tfdistributed_generator_error")
@@ -170,9 +185,6 @@ fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_si
                                  allow_null = TRUE),
     check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
   )
-  if (!is_generator) {
-    args$shard_policy <- as_string(shard_policy, "shard_policy", allow_null = TRUE)
-  }
   history <- run_served(model, x, strategy, args, "fit", passes = NULL,
                         stream = !is.null(args$steps_per_epoch))
   as_tfdistributed_history(history)
@@ -182,6 +194,7 @@ evaluate_served <- function(model, x, y = NULL, strategy = NULL, batch_size = NU
                             shard_policy = NULL, sample_weight = NULL, steps = NULL,
                             check_shards = TRUE,
                             verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+  refuse_raw_generator(x, "evaluate_distributed")
   check_model(model)
   check_strategy(strategy, allow_null = TRUE)
   no_array_args("evaluate_distributed", y, batch_size, sample_weight)
@@ -198,15 +211,6 @@ evaluate_served <- function(model, x, y = NULL, strategy = NULL, batch_size = NU
 # Start the job on a training thread and serve it from here until it ends.
 run_served <- function(model, x, strategy, args, what, passes, stream) {
   gens <- backend()$generators
-  if (!inherits(x, "tfdistributed_generator_dataset")) {
-    # A raw tf.data dataset calling R: reticulate runs those calls on this thread whenever it
-    # is between Python calls, so it is enough to keep this thread out of fit().
-    job <- with_backend(do.call(gens$start_call, c(list(backend()[[what]], model = model, x = x),
-                                                   args)))
-    on.exit(stop_job(job), add = TRUE)
-    while (!job$wait(0.005)) {}
-    return(with_backend(job$result()))
-  }
   context <- with_backend(gens$check_strategy(model, strategy, what))
   if (what == "fit") {
     with_backend(gens$check_epochs(model, strategy, args$steps_per_epoch))
@@ -248,17 +252,21 @@ run_served <- function(model, x, strategy, args, what, passes, stream) {
 produce_batch <- function(x, feed, call_args, state) {
   number <- state$batches + 1L
   state$calls <- state$calls + 1L
-  batch <- tryCatch(do.call(x$generator, call_args), error = function(e) {
-    state$error <- generator_failed(e, state$calls, state$batches)
-    feed$fail(conditionMessage(state$error))
-    NULL
-  })
+  batch <- tryCatch(
+    if (length(call_args)) do.call(x$generator, call_args) else x$generator(),
+    error = function(e) {
+      state$error <- generator_failed(e, state$calls, state$batches)
+      feed$fail(conditionMessage(state$error))
+      NULL
+    }
+  )
   if (!is.null(state$error)) {
     return(FALSE)
   }
   tryCatch({
     if (is.null(batch)) {
       feed$end_pass()
+      state$stopped <- feed$stopped
     } else {
       feed$put(batch_to_py(batch, number))
       state$batches <- number
@@ -271,7 +279,8 @@ produce_batch <- function(x, feed, call_args, state) {
     state$error <- e
     feed$fail(conditionMessage(e))
   })
-  is.null(state$error) && !feed$stopped
+  # Only a NULL can complete the last pass; otherwise free_slots() reports a stop.
+  is.null(state$error) && !isTRUE(state$stopped)
 }
 
 generator_failed <- function(e, calls, batches) {

@@ -135,9 +135,10 @@ def test_a_batch_of_the_wrong_shape_or_type_names_the_signature(gr):
     assert not training_threads()
 
 
-def test_raw_from_generator_with_an_r_function_trains_instead_of_hanging(gr):
+def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
     from tfdistributed import GeneratorError, generators
 
+    started = time.monotonic()
     gr("""
       tf <- reticulate::import("tensorflow")
       raw_batches <- function() {
@@ -152,13 +153,19 @@ def test_raw_from_generator_with_an_r_function_trains_instead_of_hanging(gr):
       raw <- tf$data$Dataset$from_generator(raw_batches, output_signature = reticulate::tuple(
         tf$TensorSpec(shape(NA, 8, 8, 1), tf$float32), tf$TensorSpec(shape(NA), tf$int32)))
       model <- gen_model()
-      history <- fit_distributed(model, raw, epochs = 3)
+      refused <- tryCatch(fit_distributed(model, raw, epochs = 3), error = identity)
+      refused_eval <- tryCatch(evaluate_distributed(model, raw), error = conditionMessage)
       reticulate::py_set_attr(reticulate::import_main(), "r_raw_dataset", raw)
     """)
+    assert time.monotonic() - started < 20
     assert gr("is_generator_dataset(raw)")[0] is True
     assert gr("is_generator_dataset(dataset_from_arrays(gen_digits$train$x, gen_digits$train$y))")[0] is False
-    losses = list(gr("history$metrics$loss"))
-    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert "tfdistributed_generator_error" in list(gr("class(refused)"))
+    message = gr("conditionMessage(refused)")[0]
+    assert message.startswith("fit_distributed() was given a tf.data dataset whose generator is "
+                              "an R function")
+    assert "Pass dataset_from_generator(<your function>) instead" in message
+    assert gr("refused_eval")[0].startswith("evaluate_distributed() was given")
     # The hook for tfdistributed.fit: on the main thread this dataset would hang, so it is refused.
     import __main__
 

@@ -28,6 +28,11 @@ EXPECTED = {
                          "/job:ps/replica:0/task:1", "<tfdistributed strategy: parameter_server>"],
     "custom-training-loops": ["mirrored_2_replicas", "epoch 3: mean loss"],
     "callbacks-checkpoints": ["epoch-12.weights.h5", "events.out.tfevents", "data:image/png;base64"],
+    "data-bigger-than-memory": ["[worker 1] worker 1 of 2 reads part-00001-of-00004.csv",
+                                "failed on call 12 (after 11 batches): the network drive went away",
+                                "Batch 3 does not match the first batch", "needs `steps_per_epoch`",
+                                "Pass dataset_from_generator(<your function>) instead",
+                                "write the data as at least 5 files"],
 }
 
 
@@ -95,3 +100,14 @@ def test_model_saved_under_mirrored_evaluates_the_same_with_and_without_a_strate
     assert set(rows) == {"trained", "plain", "mirrored"}
     assert len(set(rows.values())) == 1, rows
     assert float(rows["trained"]) >= 0.9
+
+
+def test_generator_tutorial_trains_to_090_and_its_workers_agree(rendered):
+    pages, _ = rendered
+    text = text_of(pages["data-bigger-than-memory"])
+    accuracies = [float(a) for a in re.findall(r"#>\s+accuracy\s+loss\s*#>\s+([\d.]+)", text)]
+    assert len(accuracies) == 3 and all(a >= 0.9 for a in accuracies), accuracies
+    workers = dict(re.findall(r"\[worker (\d)\] worker \d: test accuracy ([\d.]+, sum of weights "
+                              r"[\d.-]+)", text))
+    assert set(workers) == {"0", "1"} and workers["0"] == workers["1"], workers
+    assert float(workers["0"].split(",")[0]) >= 0.9
