@@ -17,8 +17,8 @@ devices can still be set up after it.
 """
 
 from . import checkpoints, generators, loops
-from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_chief,
-                      local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
+from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
+                      is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
 from .data import (SHARD_POLICIES, check_sharding, digits_arrays, global_batch_size, load_tfds,
                    make_dataset, shard_policy, with_shard_policy, write_digits_tfds)
@@ -44,7 +44,8 @@ __all__ = [
     "GeneratorError", "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
-    "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size", "is_chief",
+    "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size",
+    "is_checkpoint_writer", "is_chief",
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",

@@ -22,7 +22,7 @@ import functools
 import os
 import shutil
 
-from .cluster import is_checkpoint_writer, is_chief, read_tf_config
+from .cluster import is_checkpoint_writer, read_tf_config
 
 
 def _task_suffix(config) -> str:
@@ -118,7 +118,7 @@ def _paths(callback) -> dict:
 def _localize_backup(callback) -> None:
     """Make a Keras BackupAndRestore read the chief's backup and write its own temporary one."""
     config = read_tf_config()
-    if not config or is_chief(config) or getattr(callback, "_tfd_read_paths", None):
+    if not config or is_checkpoint_writer(config) or getattr(callback, "_tfd_read_paths", None):
         return
     callback._tfd_read_paths = _paths(callback)
     original = callback.backup_dir
@@ -170,16 +170,22 @@ def safe_callbacks(callbacks):
 
     callbacks = list(callbacks or [])
     config = read_tf_config()
-    if not config or is_chief(config):
+    if not config or is_checkpoint_writer(config):
         return callbacks
     temps = []
 
     def relocate(path):
         target = write_path(path, config)
         temps.append(os.path.dirname(target))
+        # CSVLogger opens its file without creating the directory; the others create theirs.
+        os.makedirs(os.path.dirname(target), exist_ok=True)
         return target
 
     for cb in callbacks:
+        # A callback object given to several fit() calls is relocated once.
+        if getattr(cb, "_tfd_relocated", False):
+            continue
+        cb._tfd_relocated = not isinstance(cb, keras.callbacks.BackupAndRestore)
         if isinstance(cb, keras.callbacks.BackupAndRestore):
             _localize_backup(cb)
         elif isinstance(cb, keras.callbacks.ModelCheckpoint):

@@ -1,38 +1,81 @@
 """Keras 3 x tf.distribute repairs, applied at their root, only where the defect is present.
 
-Keras 3's TensorFlow trainer breaks under real multi-worker ``MultiWorkerMirroredStrategy``
-(keras-team/keras#20585, tensorflow/tensorflow#72388). Two defects, both in
-``keras/src/backend/tensorflow/trainer.py``:
+Every patch tfdistributed makes to Keras lives here, is listed in ``REPAIRS``, is reported by
+:func:`status`, and can be switched off. They are installed as soon as Keras is imported in a
+process that has imported tfdistributed (:func:`install`, run by ``import tfdistributed``; the R
+package runs it when Python starts), so plain ``model.fit`` under a strategy the user built with
+``tf.distribute`` directly is repaired too, not only :func:`tfdistributed.fit`.
 
 ``symbolic_build``
     ``TensorFlowTrainer._maybe_symbolic_build`` calls ``strategy.reduce("MEAN", batch,
     axis=None)`` eagerly on a ``PerReplica`` batch only to learn its shapes. Under multi-worker
-    collectives that fails ("Attempt to convert a value (PerReplica...)"). The first local
-    replica's value has the same per-replica shapes and needs no communication.
+    collectives that fails ("Attempt to convert a value (PerReplica...)"; keras-team/keras#20585,
+    tensorflow/tensorflow#72388). The first local replica's value has the same per-replica
+    shapes and needs no communication.
 
 ``reduce_per_replica``
     ``reduce_per_replica`` reduces the step's outputs across workers with
     ``strategy.reduce("MEAN", v, axis=0)``; the outputs are scalar metrics, so this fails with
     "Invalid reduction dimension 0 for input with 0 dimensions". Scalars are reduced with
-    ``axis=None`` (the mean across replicas), everything else as before.
+    ``axis=None`` (the mean across replicas), everything else as before; a metric result that
+    is a variable (a user's ``result()`` returning ``self.count``) is read across replicas.
 
-Each repair is gated twice: on the Keras major version, and on the defective code still being
-in the installed Keras (read with ``inspect``), so an upstream fix turns our patch off by itself.
-``apply()`` is idempotent and is called by every entry point that builds a strategy or trains.
-Set ``TFDISTRIBUTED_DISABLE_COMPAT`` to ``all`` or a comma list of repair names to switch
-repairs off (the tests use this to prove each defect is real on the installed Keras).
+``atomic_assign_add``
+    Keras implements ``Variable.assign_add``/``assign_sub`` as ``assign(self + value)``: a read,
+    then a write. Under ``CentralStorageStrategy`` a metric's SUM-aggregated variable is then
+    written as ``sum over replicas of (total + local)``, so ``fit``/``evaluate`` report wrong
+    losses and metrics while the weights are right; under parameter-server training concurrent
+    workers lose updates. TensorFlow's own ``assign_add`` aggregates the increments.
+
+``central_storage_updates``
+    Keras creates non-trainable state updated in the forward pass (the seed of ``Dropout`` and
+    every random layer, ``BatchNormalization``'s moving statistics) with aggregation "none".
+    ``CentralStorageStrategy`` keeps one copy of each variable and refuses a replica-context
+    update it cannot aggregate ("You must specify an aggregation method to update a
+    AggregatingVariable in Replica Context"). Such variables are created with
+    ``ONLY_FIRST_REPLICA`` there: the first replica's update is kept, which is what
+    ``MirroredStrategy`` exposes too (it reads the first replica's copy).
+
+``central_storage_metric_assign``
+    Many Keras metrics (``AUC``, ``Precision``/``Recall`` with thresholds, the confusion-matrix
+    family) accumulate with ``variable.assign(variable + increment)``. Under
+    ``CentralStorageStrategy`` every replica reads the same central total and the SUM-aggregated
+    ``assign`` adds the totals up: AUC 0.53 was reported where the truth was 0.75. There, an
+    ``assign`` from a replica to a SUM-aggregated variable is applied as the increment it is
+    (``assign_add(value - current)``), which sums the replicas' increments, as one device would.
+
+``clip_after_all_reduce``
+    Keras clips gradients (``clipnorm``, ``clipvalue``, ``global_clipnorm``) in each replica
+    *before* summing them over the replicas, so with 2 or more replicas the update is not the one
+    a single device makes from the same global batch (each replica's share is clipped on its
+    own). The sum over replicas is taken first here, then clipped, as on one device.
+
+``strategy_aware_fit``
+    ``Model.fit``/``evaluate``/``predict`` know nothing of parameter-server strategies
+    (keras-team/keras#18624) nor of multi-worker file writes. Under a ``ParameterServerStrategy``
+    they go to tfdistributed's coordinator trainer; in a multi-worker job the callbacks that
+    write files are made chief-only (:func:`tfdistributed.checkpoints.safe_callbacks`).
+
+Each repair is gated on the Keras major version and on the defective code still being in the
+installed Keras or TensorFlow (read with ``inspect``), so an upstream fix turns our patch off by
+itself. ``apply()`` is idempotent. Set ``TFDISTRIBUTED_DISABLE_COMPAT`` to ``all`` or a comma
+list of repair names to switch repairs off (the tests use this to prove each defect is real).
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import inspect
 import os
+import sys
 import threading
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _applied: dict[str, bool] = {}
 
-REPAIRS = ("symbolic_build", "reduce_per_replica")
+REPAIRS = ("symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
+           "central_storage_metric_assign", "clip_after_all_reduce", "strategy_aware_fit")
 
 
 def _disabled() -> set[str]:
@@ -51,18 +94,47 @@ def _trainer_module():
     return trainer
 
 
+def _original(fn):
+    return getattr(fn, "__tfdistributed_original__", fn)
+
+
+def _source(fn) -> str:
+    return inspect.getsource(_original(fn))
+
+
 def defect_present(name: str) -> bool:
     """Whether the installed Keras still has the defect ``name`` (ignores our own patch)."""
     trainer = _trainer_module()
     if trainer is None:
         return False
     if name == "symbolic_build":
-        fn = getattr(trainer.TensorFlowTrainer._maybe_symbolic_build, "__tfdistributed_original__",
-                     trainer.TensorFlowTrainer._maybe_symbolic_build)
-        return ".reduce(" in inspect.getsource(fn)
+        return ".reduce(" in _source(trainer.TensorFlowTrainer._maybe_symbolic_build)
     if name == "reduce_per_replica":
-        fn = getattr(trainer.reduce_per_replica, "__tfdistributed_original__", trainer.reduce_per_replica)
-        return 'strategy.reduce("MEAN", v, axis=0)' in inspect.getsource(fn)
+        return 'strategy.reduce("MEAN", v, axis=0)' in _source(trainer.reduce_per_replica)
+    if name == "atomic_assign_add":
+        from keras.src.backend.common import variables
+
+        return "self.assign(self + value)" in _source(variables.Variable.assign_add)
+    if name == "central_storage_updates":
+        from keras.src.random import seed_generator
+        from tensorflow.python.distribute import ps_values
+
+        refuses = "aggregation_error_msg" in inspect.getsource(ps_values.AggregatingVariable)
+        return refuses and 'aggregation="none"' in inspect.getsource(seed_generator.SeedGenerator)
+    if name == "central_storage_metric_assign":
+        from keras.src.metrics import metrics_utils
+        from tensorflow.python.distribute import ps_values
+
+        read_then_write = "variable.assign(variable +" in inspect.getsource(metrics_utils)
+        return read_then_write and hasattr(ps_values, "AggregatingVariable")
+    if name == "clip_after_all_reduce":
+        from keras.src.backend.tensorflow.optimizer import TFOptimizer
+
+        clip_first = _source(TFOptimizer._backend_apply_gradients).find("_clip_gradients")
+        reduce_later = "_all_reduce_sum_gradients" in _source(TFOptimizer._backend_update_step)
+        return clip_first >= 0 and reduce_later
+    if name == "strategy_aware_fit":
+        return "ClusterCoordinator" not in inspect.getsource(trainer)
     raise ValueError(f"unknown repair {name!r}; repairs are {REPAIRS}")
 
 
@@ -100,12 +172,25 @@ def _patch_reduce_per_replica(trainer) -> None:
         if reduction == "auto" and not trainer._is_tpu_strategy(strategy):
             reduction = "mean"
         if reduction == "mean" and trainer._collective_all_reduce_multi_worker(strategy):
-            return tree.map_structure(
-                lambda v: strategy.reduce("MEAN", v, axis=None if _rank(v) == 0 else 0), values)
+            return tree.map_structure(lambda v: _mean_over_workers(v, strategy), values)
         return original(values, strategy, reduction)
 
     reduce_per_replica.__tfdistributed_original__ = original
     trainer.reduce_per_replica = reduce_per_replica
+
+
+def _mean_over_workers(value, strategy):
+    """One step output as the mean over all replicas of all workers.
+
+    A metric whose ``result()`` returns its variable itself (``return self.count``) hands back
+    a sync-on-read variable: read here, across replicas, it already is the global value.
+    """
+    import keras
+    import tensorflow as tf
+
+    if isinstance(value, (keras.Variable, tf.Variable)):
+        return tf.convert_to_tensor(value)
+    return strategy.reduce("MEAN", value, axis=None if _rank(value) == 0 else 0)
 
 
 def _rank(value) -> int | None:
@@ -117,7 +202,160 @@ def _rank(value) -> int | None:
     return None if shape is None else shape.rank
 
 
-_PATCHERS = {"symbolic_build": _patch_symbolic_build, "reduce_per_replica": _patch_reduce_per_replica}
+def _patch_atomic_assign_add(trainer) -> None:
+    import tensorflow as tf
+    from keras.src.backend.common import variables
+    from keras.src.backend.common.stateless_scope import in_stateless_scope
+    from keras.src.backend.tensorflow.core import Variable
+
+    def atomic(name):
+        fallback = getattr(variables.Variable, name)
+
+        def update(self, value):
+            if in_stateless_scope():
+                return fallback(self, value)
+            value = self._convert_to_tensor(value, dtype=self._dtype)
+            return getattr(self._value, name)(tf.cast(value, self._value.dtype))
+
+        update.__name__ = name
+        update.__tfdistributed_original__ = fallback
+        return update
+
+    Variable.assign_add = atomic("assign_add")
+    Variable.assign_sub = atomic("assign_sub")
+
+
+def _patch_central_storage_updates(trainer) -> None:
+    import tensorflow as tf
+    from keras.src.backend.tensorflow.core import Variable
+
+    original = Variable._initialize
+
+    def _initialize(self, value):
+        strategy = tf.distribute.get_strategy()
+        if (not self.trainable and self.aggregation == "none"
+                and not isinstance(value, tf.Variable)
+                and isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy)
+                and strategy.num_replicas_in_sync > 1):
+            self._aggregation = "only_first_replica"
+        return original(self, value)
+
+    _initialize.__tfdistributed_original__ = original
+    Variable._initialize = _initialize
+
+
+def _patch_central_storage_metric_assign(trainer) -> None:
+    import tensorflow as tf
+    from keras.src.backend.tensorflow.core import Variable
+    from tensorflow.python.distribute import ps_values
+
+    original = Variable._direct_assign
+
+    def _direct_assign(self, value):
+        inner = self._value
+        if (isinstance(inner, ps_values.AggregatingVariable)
+                and inner.aggregation == tf.VariableAggregation.SUM
+                and isinstance(inner._distribute_strategy,
+                               tf.distribute.experimental.CentralStorageStrategy)
+                and not tf.distribute.in_cross_replica_context()):
+            value = tf.cast(value, inner.dtype)
+            inner.assign_add(value - inner.read_value())
+            return
+        original(self, value)
+
+    _direct_assign.__tfdistributed_original__ = original
+    Variable._direct_assign = _direct_assign
+
+
+def _patch_clip_after_all_reduce(trainer) -> None:
+    import tensorflow as tf
+    from keras.src.backend.tensorflow.optimizer import TFOptimizer
+
+    apply_gradients = TFOptimizer._backend_apply_gradients
+    all_reduce = TFOptimizer._all_reduce_sum_gradients
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        context = tf.distribute.get_replica_context()
+        clips = any(getattr(self, k, None) is not None
+                    for k in ("clipnorm", "clipvalue", "global_clipnorm"))
+        if (not clips or context is None or context.num_replicas_in_sync == 1
+                or self.gradient_accumulation_steps):
+            return apply_gradients(self, grads, trainable_variables)
+        reduced = all_reduce(self, list(zip(grads, trainable_variables)))
+        self._tfd_gradients_reduced = True
+        try:
+            return apply_gradients(self, [g for g, _ in reduced], trainable_variables)
+        finally:
+            self._tfd_gradients_reduced = False
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        if getattr(self, "_tfd_gradients_reduced", False):
+            return list(grads_and_vars)
+        return all_reduce(self, grads_and_vars)
+
+    _backend_apply_gradients.__tfdistributed_original__ = apply_gradients
+    _all_reduce_sum_gradients.__tfdistributed_original__ = all_reduce
+    TFOptimizer._backend_apply_gradients = _backend_apply_gradients
+    TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
+
+
+def _patch_strategy_aware_fit(trainer) -> None:
+    cls = trainer.TensorFlowTrainer
+    originals = {name: getattr(cls, name) for name in ("fit", "evaluate", "predict")}
+
+    def fit(self, *args, **kwargs):
+        from . import training
+
+        if _is_parameter_server(self):
+            return training.fit_from_keras(self, *args, **kwargs)
+        kwargs["callbacks"] = _safe(kwargs.get("callbacks"))
+        return originals["fit"](self, *args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        from . import training
+
+        if _is_parameter_server(self):
+            return training.evaluate_from_keras(self, *args, **kwargs)
+        return originals["evaluate"](self, *args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        from . import training
+
+        if _is_parameter_server(self):
+            return training.predict_from_keras(self, *args, **kwargs)
+        return originals["predict"](self, *args, **kwargs)
+
+    for name, patched in (("fit", fit), ("evaluate", evaluate), ("predict", predict)):
+        patched.__tfdistributed_original__ = originals[name]
+        patched.__doc__ = originals[name].__doc__
+        setattr(cls, name, patched)
+
+
+def _is_parameter_server(model) -> bool:
+    import tensorflow as tf
+
+    strategy = getattr(model, "_distribute_strategy", None)
+    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
+def _safe(callbacks):
+    from .checkpoints import safe_callbacks
+
+    return safe_callbacks(callbacks) if callbacks else callbacks
+
+
+def keras_method(model, name: str):
+    """Keras' own ``fit``/``evaluate``/``predict`` of ``model``, bound, without our routing."""
+    return _original(getattr(type(model), name)).__get__(model)
+
+
+_PATCHERS = {"symbolic_build": _patch_symbolic_build,
+             "reduce_per_replica": _patch_reduce_per_replica,
+             "atomic_assign_add": _patch_atomic_assign_add,
+             "central_storage_updates": _patch_central_storage_updates,
+             "central_storage_metric_assign": _patch_central_storage_metric_assign,
+             "clip_after_all_reduce": _patch_clip_after_all_reduce,
+             "strategy_aware_fit": _patch_strategy_aware_fit}
 
 
 def apply() -> dict[str, bool]:
@@ -143,3 +381,45 @@ def status() -> dict[str, dict[str, bool]]:
     """For each repair: is the defect in the installed Keras, and is our repair applied."""
     return {name: {"defect_present": defect_present(name), "applied": bool(_applied.get(name))}
             for name in REPAIRS}
+
+
+class _ApplyAfterKerasImport(importlib.abc.MetaPathFinder):
+    """Runs :func:`apply` right after the top-level ``keras`` package has been imported.
+
+    ``import tfdistributed`` must stay cheap (TensorFlow is imported lazily so TF_CONFIG and
+    logical devices can still be set after it), yet a user's own ``model.fit`` must meet repaired
+    Keras whichever of the two was imported first.
+    """
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "keras":
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_then_apply(module):
+            exec_module(module)
+            _uninstall_hook()
+            apply()
+
+        loader.exec_module = exec_then_apply
+        return spec
+
+
+def _uninstall_hook() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _ApplyAfterKerasImport)]
+
+
+def install() -> None:
+    """Have the repairs in place whenever Keras is used: now if Keras is loaded, else on import."""
+    if "keras" in sys.modules and hasattr(sys.modules["keras"], "__version__"):
+        apply()
+    elif not any(isinstance(f, _ApplyAfterKerasImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ApplyAfterKerasImport())

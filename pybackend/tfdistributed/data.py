@@ -20,11 +20,14 @@ from __future__ import annotations
 import numbers
 import os
 import re
+from collections.abc import Mapping
 
 from ._args import as_int, as_str
 from .errors import ArgumentTypeError, ShardingError, TFDistributedError, did_you_mean
 
 SHARD_POLICIES = ("auto", "file", "data", "off", "hint")
+#: Keras' default batch size, used when arrays come without one.
+DEFAULT_BATCH_SIZE = 32
 
 
 def _policy_enum(policy: str):
@@ -179,19 +182,86 @@ def _as_array(value, name: str):
     return array
 
 
+def _as_structure(value, name: str):
+    """An input or target as checked arrays: one array, a dict of arrays (named inputs), or a
+    tuple of arrays (several inputs), as Keras accepts them."""
+    import numpy as np
+
+    if isinstance(value, Mapping):
+        if not value:
+            raise ArgumentTypeError(f"`{name}` is an empty dict; give one array per named input.")
+        return {str(k): _as_array(v, f"{name}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, np.ndarray) or hasattr(v, "to_numpy") for v in value):
+        return tuple(_as_array(v, f"{name}[{i}]") for i, v in enumerate(value))
+    return _as_array(value, name)
+
+
+def _leaves(structure):
+    if isinstance(structure, Mapping):
+        return list(structure.items())
+    if isinstance(structure, tuple):
+        return [(str(i), v) for i, v in enumerate(structure)]
+    return [(None, structure)]
+
+
+def num_examples(structure) -> int:
+    """The number of examples (rows) of an array or a dict/tuple of arrays of equal length."""
+    return len(_leaves(structure)[0][1])
+
+
 def as_arrays(x, y=None, sample_weight=None):
-    """``[x, y?, sample_weight?]`` as checked NumPy arrays of equal length, and that length."""
-    arrays = [_as_array(x, "x")]
-    names = ["x"]
+    """``[x, y?, sample_weight?]`` as checked NumPy arrays of equal length, and that length.
+
+    ``x`` (and ``y``) may be one array, a dict of arrays (named inputs) or a list of arrays.
+    """
+    parts = [("x", _as_structure(x, "x"))]
     for name, value in (("y", y), ("sample_weight", sample_weight)):
         if value is not None:
-            arrays.append(_as_array(value, name))
-            names.append(name)
-    n = len(arrays[0])
-    for name, a in zip(names[1:], arrays[1:]):
-        if len(a) != n:
-            raise ArgumentTypeError(f"`x` has {n} rows but `{name}` has {len(a)}; they must match.")
-    return arrays, n
+            parts.append((name, _as_structure(value, name) if name == "y" else _as_array(value, name)))
+    n = num_examples(parts[0][1])
+    for name, structure in parts:
+        for key, array in _leaves(structure):
+            if len(array) != n:
+                where = name if key is None else f"{name}[{key!r}]"
+                raise ArgumentTypeError(f"`x` has {n} rows but `{where}` has {len(array)}; they "
+                                        f"must match.")
+    return [structure for _, structure in parts], n
+
+
+def split_validation(arrays, fraction):
+    """``(train, validation)`` from ``arrays`` as Keras' ``validation_split`` does: the last
+    ``fraction`` of the rows, before any shuffling, batching or sharding."""
+    from keras.src.trainers.data_adapters import array_slicing
+
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
+        raise ArgumentTypeError(f"`validation_split` must be a fraction between 0 and 1 (e.g. 0.2), "
+                                f"got {fraction!r}.")
+    try:
+        return array_slicing.train_validation_split(tuple(arrays), validation_split=float(fraction))
+    except ValueError as e:
+        raise ArgumentTypeError(f"validation_split={fraction}: {e}") from None
+
+
+def class_weight_to_sample_weight(y, class_weight, sample_weight=None):
+    """Per-example weights from Keras' ``class_weight`` (``{class index: weight}``) for integer
+    or one-hot targets, multiplied into ``sample_weight`` when both are given."""
+    import numpy as np
+
+    y = np.asarray(y)
+    labels = y.argmax(axis=-1) if y.ndim > 1 and y.shape[-1] > 1 else y.reshape(len(y), -1)[:, 0]
+    try:
+        lookup = {int(k): float(v) for k, v in dict(class_weight).items()}
+        weights = np.array([lookup[int(label)] for label in labels], dtype=np.float32)
+    except KeyError as e:
+        raise ArgumentTypeError(f"`class_weight` has no weight for class {e.args[0]}: give a "
+                                f"weight for every class index in `y`.") from None
+    except (TypeError, ValueError):
+        raise ArgumentTypeError("`class_weight` must map class indices to weights, e.g. "
+                                "{0: 1.0, 1: 2.5}.") from None
+    if sample_weight is not None:
+        weights = weights * np.asarray(sample_weight, dtype=np.float32).reshape(len(weights))
+    return weights
 
 
 def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weight=None,
@@ -205,7 +275,9 @@ def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weig
 
     batch_size = as_int(batch_size, "batch_size", minimum=1)
     arrays, n = as_arrays(x, y, sample_weight)
-    dataset = tf.data.Dataset.from_tensor_slices(tuple(arrays) if len(arrays) > 1 else arrays[0])
+    # Several inputs without targets stay one element (x,): a bare tuple would read as (x, y).
+    dataset = tf.data.Dataset.from_tensor_slices(
+        tuple(arrays) if len(arrays) > 1 or isinstance(arrays[0], tuple) else arrays[0])
     if shuffle:
         dataset = dataset.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)

@@ -44,6 +44,33 @@ _NOISE = re.compile(r"^(I\d{4} [\d:.]+\s+\d+ \S+:\d+\] |WARNING: All log message
                     r"before absl::InitializeLog\(\) is called|E\d{4} [\d:.]+\s+\d+ "
                     r"cuda_platform\.cc:\d+\] failed call to cuInit)")
 _TAIL = 40
+# Terminal control sequences (colours, cursor moves) of progress bars, useless in a log.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LINE_LIMIT = 400
+# The line that names a Python exception, or R's error line.
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?|Error( in .*)?:.*)$")
+
+
+def _clean_line(raw: str) -> str:
+    """One printed line as a log line: a progress bar redrawn with carriage returns becomes
+    its last state, colour codes are dropped, and very long lines (array dumps) are cut."""
+    line = _ANSI.sub("", raw)
+    if "\r" in line:
+        line = next((part for part in reversed(line.split("\r")) if part.strip()), "")
+    if len(line) > _LINE_LIMIT:
+        line = line[:_LINE_LIMIT] + f" ... [{len(line) - _LINE_LIMIT} more characters]"
+    return line
+
+
+def _error_summary(lines) -> str:
+    """The last output of a failed task for an error message: its exception line first (it can
+    be followed by pages of other output), then the tail."""
+    kept = [ln for ln in lines if not _NOISE.match(ln)]
+    errors = [ln for ln in kept if _ERROR_LINE.match(ln.strip())]
+    tail = "\n".join(kept[-_TAIL:])
+    if errors:
+        return f"Its error: {errors[-1].strip()}\nIts last output:\n{tail}"
+    return f"Its last output:\n{tail}"
 
 
 @dataclass
@@ -270,6 +297,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     base_env = dict(os.environ)
     base_env.update({str(k): str(v) for k, v in (env or {}).items()})
     base_env["PYTHONUNBUFFERED"] = "1"
+    # fit(verbose="auto") prints one line per epoch instead of a redrawn progress bar.
+    base_env["TFDISTRIBUTED_LAUNCHED"] = "1"
     # R targets use reticulate: make it attach to this very Python, with the backend importable.
     base_env.setdefault("RETICULATE_PYTHON", python)
     if is_function:
@@ -304,7 +333,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
 
     def reader(task: _Task):
         for raw in iter(task.proc.stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip("\n")
+            line = _clean_line(raw.decode(errors="replace").rstrip("\n"))
             task.lines.append(line)
             if show_all or not _NOISE.match(line):
                 lines.put(f"[{task.name}] {line}")
@@ -365,10 +394,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
                 stop(started)
                 code = task.proc.returncode
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                tail = "\n".join([ln for ln in task.lines if not _NOISE.match(ln)][-_TAIL:])
-                raise LaunchError(
-                    f"Task {task.name} {how}; every other task was stopped. Its last output:\n{tail}",
-                    results())
+                raise LaunchError(f"Task {task.name} {how}; every other task was stopped. "
+                                  f"{_error_summary(task.lines)}", results())
             if primaries and all(t.proc.poll() == 0 for t in primaries):
                 break
             elapsed = time.monotonic() - t0
@@ -413,6 +440,11 @@ def run_server(config=None) -> None:
     config = read_tf_config(config)
     if not config:
         raise ClusterConfigError("run_server() needs TF_CONFIG (set_tf_config() or launch()).")
+    if "task" not in config:
+        raise ClusterConfigError(
+            "run_server() serves a worker or ps task, and this TF_CONFIG has no \"task\" (it "
+            "describes the coordinator): give the server its task, e.g. "
+            "{\"task\": {\"type\": \"worker\", \"index\": 0}}.")
     task = config["task"]
     server = tf.distribute.Server(
         tf.train.ClusterSpec(config["cluster"]), job_name=task["type"], task_index=task["index"],

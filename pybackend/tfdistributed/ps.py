@@ -23,8 +23,8 @@ How the pieces map onto Keras:
 - **Metrics.** The model's own metric objects (the compiled loss tracker and metrics) are built
   under the strategy scope, so their variables live on the ps tasks and every worker's step
   updates the same totals; they are read on the chief at the end of each epoch. Keras 3's
-  ``assign_add`` is read-then-write, which loses updates when workers race; it is made atomic
-  for the TensorFlow backend (:func:`_atomic_variable_updates`).
+  ``assign_add`` is read-then-write, which loses updates when workers race; the
+  ``atomic_assign_add`` repair of :mod:`tfdistributed.compat` makes it one TensorFlow op.
 - **Callbacks** run on the chief at epoch boundaries only (steps are asynchronous, so there is no
   meaningful per-batch state): ``History`` (returned, as from Keras ``fit``), the progress line
   (one line per epoch), ``ModelCheckpoint``, ``EarlyStopping`` and custom callbacks;
@@ -47,7 +47,7 @@ from ._args import as_int, as_str
 from .errors import ArgumentTypeError, ShardingError, TrainingError
 
 PARTITIONERS = ("min_size", "max_size", "fixed")
-_FIT_EXTRAS = ("checkpoint_dir", "initial_epoch")
+_FIT_EXTRAS = ("checkpoint_dir", "initial_epoch", "validation_freq", "validation_steps")
 
 
 def coordinator(strategy):
@@ -129,7 +129,7 @@ def _train_source(x, y, sample_weight, *, strategy, batch_size, shuffle, seed):
     """``(dataset_fn(input_context), element_spec, examples or None)`` for fit's input."""
     import tensorflow as tf
 
-    from .training import DEFAULT_BATCH_SIZE
+    from .data import DEFAULT_BATCH_SIZE
 
     replicas = int(strategy.num_replicas_in_sync)
     if callable(x) and not isinstance(x, tf.data.Dataset):
@@ -313,7 +313,7 @@ def _logs(model) -> dict:
 def _batches(x, y, sample_weight, batch_size, *, what):
     import tensorflow as tf
 
-    from .training import DEFAULT_BATCH_SIZE
+    from .data import DEFAULT_BATCH_SIZE
 
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
@@ -344,43 +344,6 @@ def _inline_evaluator(model):
     return run
 
 
-def _atomic_variable_updates():
-    """Make Keras 3 ``Variable.assign_add``/``assign_sub`` atomic on the TensorFlow backend.
-
-    Keras implements them as ``assign(self + value)``: a read, then a write. Workers of a
-    parameter-server job run steps concurrently against the same ps variables, so two updates
-    interleave and one is lost: metrics drift (accuracy above 1 was seen here) and
-    ``optimizer.iterations`` counts fewer steps than ran. TensorFlow's own ``assign_add`` is a
-    single locked operation on the ps. Applied only while the read-then-write code is present.
-    """
-    import inspect
-
-    import tensorflow as tf
-    from keras.src.backend.common import variables
-    from keras.src.backend.common.stateless_scope import in_stateless_scope
-    from keras.src.backend.tensorflow.core import Variable
-
-    if "self.assign(self + value)" not in inspect.getsource(variables.Variable.assign_add):
-        return
-    if Variable.__dict__.get("assign_add") is not None:
-        return
-
-    def atomic(name):
-        fallback = getattr(variables.Variable, name)
-
-        def update(self, value):
-            if in_stateless_scope():
-                return fallback(self, value)
-            value = self._convert_to_tensor(value, dtype=self._dtype)
-            return getattr(self._value, name)(tf.cast(value, self._value.dtype))
-
-        update.__name__ = name
-        return update
-
-    Variable.assign_add = atomic("assign_add")
-    Variable.assign_sub = atomic("assign_sub")
-
-
 def _quiet_save(manager, number):
     import tensorflow as tf
 
@@ -393,6 +356,13 @@ def _quiet_save(manager, number):
         manager.save(checkpoint_number=number)
     finally:
         logger.setLevel(level)
+
+
+def _validate_now(epoch: int, freq) -> bool:
+    """Keras' ``validation_freq``: every ``freq`` epochs, or the listed (1-based) epochs."""
+    if isinstance(freq, (list, tuple, set, range)):
+        return epoch + 1 in freq
+    return (epoch + 1) % as_int(freq, "validation_freq", minimum=1) == 0
 
 
 def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validation_data=None,
@@ -418,6 +388,9 @@ def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validatio
             f"fit() under 'parameter_server' does not take {unknown}; it takes the common fit() "
             f"arguments plus {list(_FIT_EXTRAS)}.")
     initial_epoch = as_int(fit_kwargs.get("initial_epoch", 0), "initial_epoch", minimum=0)
+    validation_freq = fit_kwargs.get("validation_freq", 1)
+    validation_steps = as_int(fit_kwargs.get("validation_steps"), "validation_steps", minimum=1,
+                              allow_none=True)
     dataset_fn, element_spec, examples = _train_source(
         x, y, sample_weight, strategy=strategy, batch_size=batch_size, shuffle=shuffle, seed=seed)
     steps = _steps_per_epoch(steps_per_epoch, x, examples)
@@ -428,7 +401,6 @@ def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validatio
         elif not isinstance(validation_data, tf.data.Dataset):
             raise ArgumentTypeError("fit(): validation_data must be (x_val, y_val[, sample_weight]) "
                                     "arrays or a tf.data.Dataset of batches.")
-    _atomic_variable_updates()
     _build(model, strategy, element_spec)
     evaluate_inline = _inline_evaluator(model)
 
@@ -468,8 +440,9 @@ def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validatio
             cluster.schedule(train_step, args=(iterator,))
         cluster.join()
         logs = _logs(model)
-        if validation_data is not None:
-            logs.update({f"val_{k}": v for k, v in evaluate_inline(validation_data).items()})
+        if validation_data is not None and _validate_now(epoch, validation_freq):
+            logs.update({f"val_{k}": v for k, v in
+                         evaluate_inline(validation_data, validation_steps).items()})
         if manager is not None:
             _quiet_save(manager, epoch + 1)
         callbacks.on_epoch_end(epoch, logs)
@@ -503,13 +476,12 @@ def predict(model, x, batch_size=None):
     import tensorflow as tf
     from keras import tree
 
-    from .data import _as_array
-    from .training import DEFAULT_BATCH_SIZE
+    from .data import DEFAULT_BATCH_SIZE, _as_structure
 
     if isinstance(x, tf.data.Dataset):
         dataset = x
     else:
-        dataset = tf.data.Dataset.from_tensor_slices(_as_array(x, "x")).batch(
+        dataset = tf.data.Dataset.from_tensor_slices(_as_structure(x, "x")).batch(
             as_int(batch_size or DEFAULT_BATCH_SIZE, "batch_size", minimum=1))
     call = tf.function(lambda inputs: model(inputs, training=False), reduce_retracing=True)
     # Like model.predict, a dataset of (x, y) batches is predicted from its x.

@@ -14,9 +14,11 @@ class names ``MirroredStrategy``, ``MultiWorkerMirroredStrategy``... work too):
 ``auto``                          chosen from TF_CONFIG and the local devices (see below)
 ================================  ===========================================================
 
-``auto`` picks ``parameter_server`` when TF_CONFIG has ``ps`` tasks, ``multi_worker_mirrored``
-when it has several workers, ``mirrored`` with several GPUs or logical CPUs, else ``default``.
-So one script runs unchanged on a laptop and under :func:`tfdistributed.launch`.
+``auto`` picks ``parameter_server`` when TF_CONFIG has ``ps`` tasks (on the chief, or on the
+coordinator of a cluster without a chief, whose TF_CONFIG has no task), ``multi_worker_mirrored``
+when it has several workers, ``mirrored`` with several GPUs or when ``num_cpu_devices`` > 1 is
+asked for, else ``default``; an ``evaluator`` task (outside the training cluster) gets a local
+strategy. So one script runs unchanged on a laptop and under :func:`tfdistributed.launch`.
 """
 
 from __future__ import annotations

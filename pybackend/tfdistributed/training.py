@@ -16,11 +16,11 @@ import os
 from . import checkpoints, compat
 from ._args import as_int
 from .cluster import is_chief
-from .data import check_sharding, make_dataset, with_shard_policy
-from .errors import ArgumentTypeError, TrainingError
+from .data import (DEFAULT_BATCH_SIZE, as_arrays, check_sharding,
+                   class_weight_to_sample_weight, make_dataset, split_validation,
+                   with_shard_policy)
+from .errors import ArgumentTypeError, ShardingError, TrainingError
 from .strategies import strategy_info, strategy_kind
-
-DEFAULT_BATCH_SIZE = 32
 
 
 def model_strategy(model):
@@ -80,18 +80,43 @@ def _num_input_workers(strategy) -> int:
         "multi_worker_mirrored" else 1
 
 
-def _as_dataset(x, y, sample_weight, *, strategy, batch_size, shard_policy, shuffle, seed,
-                check_shards, what):
+def _check_dataset_args(x, y, sample_weight, batch_size, what):
+    """Arguments that only make sense with arrays, refused for a dataset before anything else."""
     import tensorflow as tf
 
+    if not isinstance(x, tf.data.Dataset):
+        return
+    if y is not None or sample_weight is not None:
+        raise ArgumentTypeError(f"{what}(): a tf.data.Dataset already holds the targets; pass "
+                                f"`y`/`sample_weight` only with arrays.")
+    if batch_size is not None:
+        raise ArgumentTypeError(
+            f"{what}(): `batch_size` applies to arrays only; batch the dataset itself with the "
+            f"global batch size (dataset.batch(global_batch_size(per_replica, strategy))).")
+
+
+def _shared_seed(seed, shuffle, strategy):
+    """The shuffle seed; in a multi-worker job one every worker agrees on.
+
+    Each worker shuffles its own copy of the arrays and keeps its share of every global batch:
+    with different orders, workers would see some examples twice and others never. Without a
+    seed from the user, every worker derives the same one from the cluster it belongs to.
+    """
+    if seed is not None or not shuffle or _num_input_workers(strategy) < 2:
+        return seed
+    import json
+    import zlib
+
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+    return zlib.crc32(json.dumps(cluster, sort_keys=True).encode()) & 0x7FFFFFFF
+
+
+def _as_dataset(x, y, sample_weight, *, strategy, batch_size, shard_policy, shuffle, seed,
+                check_shards, what, label="the training data"):
+    import tensorflow as tf
+
+    _check_dataset_args(x, y, sample_weight, batch_size, what)
     if isinstance(x, tf.data.Dataset):
-        if y is not None or sample_weight is not None:
-            raise ArgumentTypeError(f"{what}(): a tf.data.Dataset already holds the targets; pass "
-                                    f"`y`/`sample_weight` only with arrays.")
-        if batch_size is not None:
-            raise ArgumentTypeError(
-                f"{what}(): `batch_size` applies to arrays only; batch the dataset itself with the "
-                f"global batch size (dataset.batch(global_batch_size(per_replica, strategy))).")
         dataset = x if shard_policy is None else with_shard_policy(x, shard_policy)
     else:
         if x is None:
@@ -101,39 +126,112 @@ def _as_dataset(x, y, sample_weight, *, strategy, batch_size, shard_policy, shuf
                                seed=seed, policy=shard_policy or "data")
     workers = _num_input_workers(strategy)
     if check_shards and workers > 1:
-        check_sharding(dataset, workers)
+        try:
+            check_sharding(dataset, workers)
+        except ShardingError as e:
+            raise ShardingError(f"{what}(), {label}: {e}") from None
     return dataset
 
 
+def _validation_parts(validation_data):
+    """``(x, y, sample_weight)`` of array validation data, or ``None`` for a dataset."""
+    import tensorflow as tf
+
+    if validation_data is None or isinstance(validation_data, tf.data.Dataset):
+        return None
+    if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
+        x_val, y_val, *rest = validation_data
+        return x_val, y_val, (rest or [None])[0]
+    raise ArgumentTypeError(
+        "fit(): validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val) "
+        f"arrays, or a tf.data.Dataset of batches; got {type(validation_data).__name__}"
+        + (f" of length {len(validation_data)}" if isinstance(validation_data, (tuple, list)) else "")
+        + ".")
+
+
+def _split_off_validation(x, y, sample_weight, validation_split, validation_data):
+    """Keras' ``validation_split`` for arrays: ``(x, y, sample_weight, validation_data)``."""
+    import tensorflow as tf
+
+    if not validation_split:
+        return x, y, sample_weight, validation_data
+    if isinstance(x, tf.data.Dataset) or callable(x):
+        raise ArgumentTypeError(
+            "fit(): validation_split works with arrays only, since a dataset cannot be split "
+            "without reading it. Pass validation_data= (a separate dataset), or give arrays.")
+    if validation_data is not None:
+        return x, y, sample_weight, validation_data  # Keras: validation_data wins
+    arrays, _ = as_arrays(x, y, sample_weight)
+    train, held_out = split_validation(arrays, validation_split)
+    x, y, sample_weight = (list(train) + [None, None])[:3]
+    return x, y, sample_weight, tuple(held_out)
+
+
 def _verbose(verbose):
-    if verbose == "auto" and not is_chief():
-        return 0
+    if verbose == "auto":
+        if not is_chief():
+            return 0
+        # A progress bar redrawn with carriage returns is one endless line to a launcher that
+        # streams output line by line: one line per epoch there.
+        if os.environ.get("TFDISTRIBUTED_LAUNCHED"):
+            return 2
     return verbose
 
 
 def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, validation_data=None,
-        callbacks=None, shard_policy=None, steps_per_epoch=None, shuffle=True, seed=None,
-        sample_weight=None, verbose="auto", check_shards=True, backup_dir=None, **fit_kwargs):
+        validation_split=None, callbacks=None, shard_policy=None, steps_per_epoch=None,
+        shuffle=True, seed=None, sample_weight=None, class_weight=None, verbose="auto",
+        check_shards=True, backup_dir=None, **fit_kwargs):
     """Train ``model`` under ``strategy`` (default: the strategy it was built under).
 
-    ``x``/``y`` are arrays or ``x`` is a ``tf.data.Dataset`` yielding ``(inputs, targets)``
-    batches of the *global* batch size. ``batch_size`` (arrays only) is global too and must divide
-    over the replicas. ``shard_policy`` sets how a multi-worker job splits the data ("data" for
-    arrays). Multi-worker datasets are checked with :func:`check_sharding` first (turn off with
-    ``check_shards=False``). Non-chief workers print nothing when ``verbose="auto"``.
+    Args:
+        model: a Keras model built and compiled inside ``strategy.scope()``.
+        x, y: arrays (NumPy, pandas; ``x`` may be a dict of arrays for named inputs or a list of
+            arrays), or ``x`` a ``tf.data.Dataset`` of ``(inputs, targets)`` batches of the
+            *global* batch size.
+        strategy: default: the strategy the model was built under.
+        epochs, steps_per_epoch, initial_epoch, validation_steps, validation_freq: as in Keras.
+        batch_size: the global batch (arrays only); must divide over the replicas in sync.
+        validation_data: ``(x_val, y_val[, sample_weight_val])`` arrays or a dataset.
+        validation_split: arrays only: hold out the last fraction of the rows, as Keras does
+            (before shuffling, batching and sharding).
+        sample_weight, class_weight: as in Keras (arrays).
+        shuffle, seed: shuffle arrays every epoch. In a multi-worker job every worker must
+            shuffle alike; without a ``seed`` they share one derived from the cluster.
+        shard_policy: how a multi-worker job splits a dataset ("data" for arrays); datasets are
+            checked with :func:`check_sharding` first (``check_shards=False`` skips it).
+        callbacks: Keras callbacks. Those that write files (``ModelCheckpoint``,
+            ``BackupAndRestore``, ``TensorBoard``, ``CSVLogger``) are made multi-worker safe:
+            only the chief writes to their paths.
+        verbose: ``"auto"``: non-chief workers print nothing, and tasks of a launched job print
+            one line per epoch.
+        backup_dir: add a multi-worker-safe ``BackupAndRestore``: a restarted job resumes from
+            the last completed epoch.
+        **fit_kwargs: passed to ``model.fit``.
 
-    File-writing callbacks (``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard``,
-    ``CSVLogger``) are made multi-worker safe (:func:`tfdistributed.checkpoints.safe_callbacks`):
-    only the chief writes to their paths. ``backup_dir`` adds a
-    :class:`~tfdistributed.checkpoints.BackupAndRestore`: when a job is restarted after a
-    failure, training resumes from the last completed epoch. Returns the Keras ``History``.
-    Extra keyword arguments go to ``model.fit``.
+    Returns:
+        The Keras ``History``.
+
+    Raises:
+        TrainingError: the model was not built/compiled under the strategy, or the batch size
+            does not divide over the replicas.
+        ArgumentTypeError: an argument of the wrong type, or one that does not apply to the
+            input (``batch_size``/``validation_split`` with a dataset).
+        ShardingError: a dataset cannot be split over the workers.
+
+    Example:
+        >>> strategy = make_strategy("mirrored", num_cpu_devices=2)    # doctest: +SKIP
+        >>> fit(model, x, y, epochs=10, batch_size=128, validation_split=0.2)  # doctest: +SKIP
     """
     compat.apply()
     strategy = _check_model(model, strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
+    _check_dataset_args(x, y, sample_weight, batch_size, "fit")
     batch_size = _check_batch(batch_size, strategy)
+    x, y, sample_weight, validation_data = _split_off_validation(
+        x, y, sample_weight, validation_split, validation_data)
+    seed = _shared_seed(seed, shuffle, strategy)
     callbacks = list(callbacks or [])
     if backup_dir is not None:
         callbacks.insert(0, checkpoints.BackupAndRestore(os.fspath(backup_dir)))
@@ -141,6 +239,11 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     if strategy_kind(strategy) == "parameter_server":
         from . import ps
 
+        if class_weight is not None:
+            if y is None:
+                raise ArgumentTypeError("fit(): under 'parameter_server', class_weight works with "
+                                        "arrays; weight a dataset's examples in the dataset itself.")
+            sample_weight = class_weight_to_sample_weight(y, class_weight, sample_weight)
         return ps.fit(model, x, y, strategy=strategy, epochs=epochs, batch_size=batch_size,
                       validation_data=validation_data, callbacks=callbacks,
                       steps_per_epoch=steps_per_epoch, shuffle=shuffle, seed=seed,
@@ -148,24 +251,35 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     kwargs = dict(strategy=strategy, batch_size=batch_size, shard_policy=shard_policy, seed=seed,
                   check_shards=check_shards, what="fit")
     dataset = _as_dataset(x, y, sample_weight, shuffle=shuffle, **kwargs)
-    if validation_data is not None:
-        if isinstance(validation_data, (tuple, list)):
-            validation_data = _as_dataset(validation_data[0], validation_data[1], None,
-                                          shuffle=False, **kwargs)
-        else:
-            validation_data = _as_dataset(validation_data, None, None, shuffle=False,
-                                          **{**kwargs, "batch_size": None})
+    parts = _validation_parts(validation_data)
+    if parts is not None:
+        validation_data = _as_dataset(*parts, shuffle=False, label="the validation data", **kwargs)
+    elif validation_data is not None:
+        validation_data = _as_dataset(validation_data, None, None, shuffle=False,
+                                      label="the validation data", **{**kwargs, "batch_size": None})
     with strategy.scope():
-        return model.fit(dataset, epochs=epochs, validation_data=validation_data, shuffle=False,
-                         callbacks=callbacks, steps_per_epoch=steps_per_epoch,
-                         verbose=_verbose(verbose), **fit_kwargs)
+        return compat.keras_method(model, "fit")(
+            dataset, epochs=epochs, validation_data=validation_data, shuffle=False,
+            callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=class_weight,
+            verbose=_verbose(verbose), **fit_kwargs)
 
 
 def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_policy=None,
              sample_weight=None, steps=None, verbose="auto", check_shards=True, **eval_kwargs):
-    """Evaluate ``model`` under ``strategy``; returns ``{"loss": ..., metric: ...}`` as floats."""
+    """Evaluate ``model`` under ``strategy`` over every example once.
+
+    Args: as :func:`fit` (arrays or a dataset of global batches; ``steps`` limits a dataset).
+
+    Returns:
+        ``{"loss": ..., metric: ...}`` as floats: the global values over all replicas/workers.
+
+    Example:
+        >>> evaluate(model, x_test, y_test, batch_size=128)    # doctest: +SKIP
+        {'loss': 0.12, 'accuracy': 0.97}
+    """
     compat.apply()
     strategy = _check_model(model, strategy, "evaluate")
+    _check_dataset_args(x, y, sample_weight, batch_size, "evaluate")
     batch_size = _check_batch(batch_size, strategy)
     steps = as_int(steps, "steps", minimum=1, allow_none=True)
     if strategy_kind(strategy) == "parameter_server":
@@ -175,10 +289,11 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
                            sample_weight=sample_weight, verbose=_verbose(verbose))
     dataset = _as_dataset(x, y, sample_weight, strategy=strategy, batch_size=batch_size,
                           shard_policy=shard_policy, shuffle=False, seed=None,
-                          check_shards=check_shards, what="evaluate")
+                          check_shards=check_shards, what="evaluate", label="the data")
+    eval_kwargs.pop("return_dict", None)
     with strategy.scope():
-        result = model.evaluate(dataset, steps=steps, verbose=_verbose(verbose),
-                                return_dict=True, **eval_kwargs)
+        result = compat.keras_method(model, "evaluate")(
+            dataset, steps=steps, verbose=_verbose(verbose), return_dict=True, **eval_kwargs)
     return {k: float(v) for k, v in result.items()}
 
 
@@ -187,9 +302,14 @@ def predict(model, x, *, strategy=None, batch_size=None, verbose=0):
 
     Under parameter-server strategies ``model.predict`` fails, so the chief calls the model
     directly (:func:`tfdistributed.ps.predict`).
+
+    Example:
+        >>> predict(model, x_test, batch_size=128).shape    # doctest: +SKIP
+        (450, 10)
     """
     import tensorflow as tf
 
+    compat.apply()
     strategy = _check_model(model, strategy, "predict")
     batch_size = as_int(batch_size, "batch_size", minimum=1, allow_none=True)
     if strategy_kind(strategy) == "parameter_server":
@@ -199,4 +319,53 @@ def predict(model, x, *, strategy=None, batch_size=None, verbose=0):
     if not isinstance(x, tf.data.Dataset):
         x = make_dataset(x, batch_size=batch_size or DEFAULT_BATCH_SIZE)
     with strategy.scope():
-        return model.predict(x, verbose=verbose)
+        return compat.keras_method(model, "predict")(x, verbose=verbose)
+
+
+def _keras_call(method, model, args, kwargs):
+    """``args``/``kwargs`` of a Keras ``Model.<method>`` call as keyword arguments."""
+    import inspect
+
+    signature = inspect.signature(compat.keras_method(model, method))
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise ArgumentTypeError(f"model.{method}(): {e}.") from None
+    return dict(bound.arguments)
+
+
+def fit_from_keras(model, *args, **kwargs):
+    """``model.fit(...)`` with Keras' own arguments, run by :func:`fit` (routed here by the
+    ``strategy_aware_fit`` repair for strategies Keras cannot train under)."""
+    call = _keras_call("fit", model, args, kwargs)
+    call.pop("validation_batch_size", None)
+    if not call.get("validation_split"):
+        call.pop("validation_split", None)
+    if call.get("initial_epoch") in (None, 0):
+        call.pop("initial_epoch", None)
+    if call.get("validation_freq") == 1:
+        call.pop("validation_freq", None)
+    call.setdefault("verbose", "auto")
+    x, y = call.pop("x", None), call.pop("y", None)
+    return fit(model, x, y, **call)
+
+
+def evaluate_from_keras(model, *args, **kwargs):
+    """``model.evaluate(...)`` with Keras' own arguments, run by :func:`evaluate`."""
+    call = _keras_call("evaluate", model, args, kwargs)
+    return_dict = call.pop("return_dict", False)
+    for key in ("callbacks", "kwargs"):
+        call.pop(key, None)
+    x, y = call.pop("x", None), call.pop("y", None)
+    result = evaluate(model, x, y, **call)
+    if return_dict:
+        return result
+    values = list(result.values())
+    return values[0] if len(values) == 1 else values
+
+
+def predict_from_keras(model, *args, **kwargs):
+    """``model.predict(...)`` with Keras' own arguments, run by :func:`predict`."""
+    call = _keras_call("predict", model, args, kwargs)
+    return predict(model, call.get("x"), batch_size=call.get("batch_size"),
+                   verbose=call.get("verbose", 0))
