@@ -130,7 +130,13 @@ to_numpy <- function(x, name) {
     x <- as.integer(x) - 1L
   }
   if (is.list(x)) {
-    abort("`", name, "` must be a numeric matrix, array, vector or data frame, got a list. ",
+    # A named list is one array per named input of the model (a Python dict).
+    if (length(x) && !is.null(names(x)) && all(nzchar(names(x)))) {
+      arrays <- lapply(names(x), function(n) to_numpy(x[[n]], paste0(name, "$", n)))
+      return(reticulate::py_dict(as.list(names(x)), arrays))
+    }
+    abort("`", name, "` must be a numeric matrix, array, vector or data frame (or a named list ",
+          "of them, one per named model input), got an unnamed list. ",
           "For a dataset use dataset_from_arrays() or load_tfds().")
   }
   if (!is.numeric(x) && !is.logical(x)) {

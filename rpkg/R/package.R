@@ -41,6 +41,19 @@ keras <- NULL
   select_python()
   tfd <<- reticulate::import("tfdistributed", delay_load = TRUE)
   keras <<- reticulate::import("keras", delay_load = TRUE)
+  # Importing the backend installs its Keras repairs, so the user's own model$fit() (and keras3's
+  # fit()) under a strategy is repaired too, whoever starts Python first.
+  if (reticulate::py_available(initialize = FALSE)) {
+    install_keras_repairs()
+  } else {
+    setHook("reticulate.onPyInit", install_keras_repairs)
+  }
+}
+
+install_keras_repairs <- function() {
+  # A missing backend is reported, with the fix, by the first call that needs it.
+  try(reticulate::import("tfdistributed"), silent = TRUE)
+  invisible()
 }
 
 # Inside this repository the R side must use the project's .venv with no manual step; outside

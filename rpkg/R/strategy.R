@@ -7,9 +7,11 @@
 #' Names (case-insensitive; class names such as `"MirroredStrategy"` work too):
 #' `"default"`, `"one_device"`, `"mirrored"`, `"central_storage"`,
 #' `"multi_worker_mirrored"`, `"parameter_server"`, `"tpu"`, and `"auto"`, which
-#' picks `parameter_server` when TF_CONFIG has ps tasks, `multi_worker_mirrored`
-#' when it has several workers, `mirrored` with several GPUs or logical CPUs,
-#' else `default`; so one script runs unchanged on a laptop and under
+#' picks `parameter_server` when TF_CONFIG has ps tasks (on the chief, or on
+#' the coordinator of a cluster without a chief), `multi_worker_mirrored` when
+#' it has several workers, `mirrored` with several GPUs or when
+#' `num_cpu_devices` > 1 is asked for, else `default` (an `evaluator` task gets
+#' a local strategy); so one script runs unchanged on a laptop and under
 #' [launch_cluster()].
 #'
 #' TensorFlow fixes its devices when it first initializes: `num_cpu_devices`

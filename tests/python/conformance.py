@@ -1,0 +1,336 @@
+"""The conformance matrix: Keras features x strategies, each cell run the way users write Keras.
+
+``run_cells(strategy_name, workdir)`` trains one small seeded model per feature under the named
+strategy (in this process, or as a task of a launched cluster with ``"auto"``) and returns, per
+feature, what a user would look at: the history, ``evaluate``, the accuracy computed from the
+model's own predictions, the final weights and the files callbacks wrote; or the error raised.
+``test_conformance.py`` compares every cell with the default strategy and renders the table.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import numpy as np
+
+SEED = 7
+N_TRAIN = 640  # 10 global batches of 64: every replica and worker gets whole batches
+BATCH = 64
+EPOCHS = 2
+
+# How a cell is compared with the default strategy:
+#   "exact"  same history, evaluation and weights (no randomness in the model);
+#   "trains" random layers draw other numbers per replica: finite, improving, global metrics.
+EXACT, TRAINS = "exact", "trains"
+
+
+def _data():
+    import tfdistributed as tfd
+
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    return x[:N_TRAIN], y[:N_TRAIN], xt, yt
+
+
+def _dense_body():
+    import keras
+
+    return [keras.layers.Flatten(), keras.layers.Dense(32, activation="relu")]
+
+
+def _sequential(body, *, optimizer=None, metrics=("accuracy",), loss=None, dtype_policy=None,
+                activation=None):
+    """``body()`` (a function: layers must be created after the dtype policy is set) between
+    the digits input and a 10-way float32 output layer, compiled."""
+    import keras
+
+    if dtype_policy:
+        keras.mixed_precision.set_dtype_policy(dtype_policy)
+    try:
+        model = keras.Sequential([keras.layers.Input((8, 8, 1)), *body(),
+                                  keras.layers.Dense(10, activation=activation, dtype="float32")])
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    model.compile(optimizer=optimizer or keras.optimizers.Adam(0.01),
+                  loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=list(metrics))
+    return model
+
+
+class PrecisionHigh:
+    """A user-written Metric (one-hot targets): precision of predicting a digit >= 5. Its denominator differs
+    between replicas, so averaging per-replica values would not give the global value."""
+
+    @staticmethod
+    def make():
+        import keras
+        from keras import ops
+
+        class HighDigitPrecision(keras.metrics.Metric):
+            def __init__(self, name="high_precision", **kwargs):
+                super().__init__(name=name, **kwargs)
+                self.hits = self.add_weight(name="hits", initializer="zeros")
+                self.predicted = self.add_weight(name="predicted", initializer="zeros")
+
+            def update_state(self, y_true, y_pred, sample_weight=None):
+                high = ops.cast(ops.argmax(y_pred, axis=-1) >= 5, "float32")
+                right = ops.cast(ops.equal(ops.argmax(y_pred, axis=-1),
+                                           ops.argmax(y_true, axis=-1)), "float32")
+                self.hits.assign_add(ops.sum(high * right))
+                self.predicted.assign_add(ops.sum(high))
+
+            def result(self):
+                return self.hits / ops.maximum(self.predicted, 1.0)
+
+        return HighDigitPrecision()
+
+
+def _metrics_model():
+    import keras
+
+    return _sequential(_dense_body, loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+                       metrics=["accuracy", keras.metrics.AUC(name="auc", from_logits=True),
+                                keras.metrics.Precision(name="precision", thresholds=0.0),
+                                keras.metrics.Recall(name="recall", thresholds=0.0),
+                                PrecisionHigh.make()])
+
+
+def _dict_model():
+    import keras
+
+    a = keras.Input((32,), name="top")
+    b = keras.Input((32,), name="bottom")
+    h = keras.layers.Concatenate()([keras.layers.Dense(16, activation="relu")(a),
+                                    keras.layers.Dense(16, activation="relu")(b)])
+    model = keras.Model({"top": a, "bottom": b}, keras.layers.Dense(10)(h))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _embedding_model():
+    import keras
+
+    model = keras.Sequential([keras.layers.Input((64,), dtype="int32"),
+                              keras.layers.Embedding(17, 4), keras.layers.Flatten(),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _rnn_model():
+    import keras
+
+    model = keras.Sequential([keras.layers.Input((8, 8)), keras.layers.LSTM(16, return_sequences=True),
+                              keras.layers.GRU(16), keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _schedule_optimizer():
+    import keras
+
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.02, decay_steps=5, decay_rate=0.5)
+    return keras.optimizers.RMSprop(schedule)
+
+
+def _random_body():
+    import keras
+
+    return [keras.layers.RandomTranslation(0.1, 0.1, seed=1), keras.layers.GaussianNoise(0.05),
+            keras.layers.Reshape((8, 8)), keras.layers.SpatialDropout1D(0.1),
+            keras.layers.Flatten(), keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dropout(0.2)]
+
+
+def _tutorial_body():
+    import keras
+
+    return [keras.layers.Flatten(), keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dropout(0.4), keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dropout(0.3)]
+
+
+def _batchnorm_body(synchronized):
+    import keras
+
+    # No bias before batch normalization: it cancels out, so its gradient is rounding noise.
+    return [keras.layers.Flatten(), keras.layers.Dense(32, use_bias=False),
+            keras.layers.BatchNormalization(synchronized=synchronized),
+            keras.layers.Activation("relu")]
+
+
+# name: (build the model, fit arguments (x, y, xt, yt, workdir) -> kwargs, comparison, how)
+def _features():
+    import keras
+
+    flat = _dense_body
+    return {
+        "baseline": (lambda: _sequential(flat), lambda d: {}, EXACT, "tfd"),
+        "validation_split": (lambda: _sequential(flat), lambda d: {"validation_split": 0.2},
+                             EXACT, "tfd"),
+        "validation_data": (lambda: _sequential(flat),
+                            lambda d: {"validation_data": (d["xt"], d["yt"])}, EXACT, "tfd"),
+        "validation_data_weighted": (
+            lambda: _sequential(flat),
+            lambda d: {"validation_data": (d["xt"], d["yt"], np.linspace(0.5, 1.5, len(d["yt"]),
+                                                                          dtype="float32"))},
+            EXACT, "tfd"),
+        "validation_freq_steps": (
+            lambda: _sequential(flat),
+            lambda d: {"validation_data": (d["xt"], d["yt"]), "validation_freq": 2,
+                       "validation_steps": 3, "epochs": 4}, EXACT, "tfd"),
+        "class_weight": (lambda: _sequential(flat),
+                         lambda d: {"class_weight": {i: 1.0 + i / 5 for i in range(10)}}, EXACT, "tfd"),
+        "sample_weight": (lambda: _sequential(flat),
+                          lambda d: {"sample_weight": np.linspace(0.2, 2.0, N_TRAIN, dtype="float32")},
+                          EXACT, "tfd"),
+        "initial_epoch": (lambda: _sequential(flat), lambda d: {"epochs": 3, "initial_epoch": 1},
+                          EXACT, "tfd"),
+        "steps_per_epoch": (lambda: _sequential(flat), lambda d: {"steps_per_epoch": 4, "epochs": 3},
+                            EXACT, "tfd"),
+        # A seeded shuffle draws a new order each time an iterator is made, and strategies make
+        # different numbers of iterators (Keras probes a batch to build the model): the order is
+        # random per strategy, the same on every worker.
+        "shuffle_seeded": (lambda: _sequential(flat), lambda d: {"shuffle": True, "seed": 3},
+                           TRAINS, "tfd"),
+        "lr_schedule": (lambda: _sequential(flat, optimizer=_schedule_optimizer()),
+                        lambda d: {}, EXACT, "tfd"),
+        "gradient_clipping": (lambda: _sequential(flat, optimizer=keras.optimizers.SGD(
+            0.5, momentum=0.9, global_clipnorm=0.5)), lambda d: {}, EXACT, "tfd"),
+        "metrics": (_metrics_model, lambda d: {"y": _one_hot(d["y"]), "test_y": _one_hot(d["yt"])},
+                    EXACT, "tfd"),
+        "dict_inputs": (_dict_model, lambda d: {"x": _halves(d["x"]), "test_x": _halves(d["xt"])},
+                        EXACT, "tfd"),
+        "embedding": (_embedding_model, lambda d: {"x": _tokens(d["x"]), "test_x": _tokens(d["xt"])},
+                      EXACT, "tfd"),
+        "lstm_gru": (_rnn_model, lambda d: {"x": d["x"].reshape(-1, 8, 8),
+                                            "test_x": d["xt"].reshape(-1, 8, 8)}, EXACT, "tfd"),
+        "sync_batchnorm": (lambda: _sequential(lambda: _batchnorm_body(True)), lambda d: {}, EXACT, "tfd"),
+        "mixed_bfloat16": (lambda: _sequential(flat, dtype_policy="mixed_bfloat16"),
+                           lambda d: {}, TRAINS, "tfd"),
+        "batchnorm": (lambda: _sequential(lambda: _batchnorm_body(False)), lambda d: {}, TRAINS, "tfd"),
+        "random_layers": (lambda: _sequential(_random_body), lambda d: {}, TRAINS, "tfd"),
+        "tutorial_mlp_rmsprop": (
+            lambda: _sequential(_tutorial_body, optimizer=keras.optimizers.RMSprop(),
+                                loss=keras.losses.CategoricalCrossentropy(), activation="softmax"),
+            lambda d: {"y": _one_hot(d["y"]), "test_y": _one_hot(d["yt"]), "validation_split": 0.2,
+                       "batch_size": 64}, TRAINS, "tfd"),
+        "callbacks": (lambda: _sequential(flat), _callbacks, EXACT, "tfd"),
+        "plain_model_fit": (lambda: _sequential(flat),
+                            lambda d: {"validation_split": 0.2, "callbacks": _callbacks(d)["callbacks"]},
+                            EXACT, "keras"),
+    }
+
+
+def _callbacks(d):
+    import keras
+
+    workdir = d["workdir"]
+    epochs_seen = []
+    d["epochs_seen"] = epochs_seen
+    return {"callbacks": [
+        keras.callbacks.EarlyStopping(monitor="loss", patience=3),
+        keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=3),
+        keras.callbacks.ModelCheckpoint(os.path.join(workdir, "model.keras")),
+        keras.callbacks.CSVLogger(os.path.join(workdir, "log.csv")),
+        keras.callbacks.TensorBoard(os.path.join(workdir, "tensorboard")),
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epochs_seen.append(epoch)),
+        keras.callbacks.BackupAndRestore(os.path.join(workdir, "backup")),
+    ]}
+
+
+def _weights(model):
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def _files(workdir):
+    if not os.path.isdir(workdir):
+        return []
+    return sorted(name for name in os.listdir(workdir))
+
+
+def _csv_losses(workdir):
+    path = os.path.join(workdir, "log.csv")
+    if not os.path.exists(path):
+        return None
+    import csv
+
+    with open(path) as f:
+        return [float(row["loss"]) for row in csv.DictReader(f)]
+
+
+def run_cell(name, strategy, workdir):
+    """One feature under ``strategy``: a dict of results, or of the error raised."""
+    import keras
+
+    import tfdistributed as tfd
+
+    build, fit_args, _, how = _features()[name]
+    x, y, xt, yt = _data()
+    data = {"x": x, "y": y, "xt": xt, "yt": yt, "workdir": os.path.join(workdir, name)}
+    os.makedirs(data["workdir"], exist_ok=True)
+    try:
+        keras.utils.set_random_seed(SEED)
+        with strategy.scope():
+            model = build()
+        kwargs = {"epochs": EPOCHS, "batch_size": BATCH, "shuffle": False, "verbose": 0}
+        kwargs.update(fit_args(data))
+        fx, fy = kwargs.pop("x", x), kwargs.pop("y", y)
+        test_x, test_y = kwargs.pop("test_x", xt), kwargs.pop("test_y", yt)
+        if how == "keras":
+            history = model.fit(fx, fy, **kwargs)
+        else:
+            history = tfd.fit(model, fx, fy, **kwargs)
+        if how == "keras":
+            evaluation = model.evaluate(test_x, test_y, batch_size=BATCH, verbose=0, return_dict=True)
+            evaluation = {k: float(v) for k, v in evaluation.items()}
+            predictions = model.predict(test_x, batch_size=BATCH, verbose=0)
+        else:
+            evaluation = tfd.evaluate(model, test_x, test_y, batch_size=BATCH, verbose=0)
+            predictions = tfd.predict(model, test_x, batch_size=BATCH)
+        return {"status": "ok",
+                "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
+                "epochs": list(history.epoch), "evaluate": evaluation,
+                "true_accuracy": float(np.mean(np.argmax(predictions, -1) == yt)),
+                "weights": _weights(model),
+                "trainable_weights": [np.asarray(w) for w in model.trainable_weights],
+                "files": _files(data["workdir"]),
+                "csv_losses": _csv_losses(data["workdir"]),
+                "callback_epochs": data.get("epochs_seen")}
+    except Exception as e:  # a cell reports its error; the test decides whether it is ours
+        return {"status": "error", "type": type(e).__name__, "module": type(e).__module__,
+                "message": str(e), "traceback": traceback.format_exc()[-3000:]}
+
+
+def _one_hot(labels):
+    return np.eye(10, dtype="float32")[labels]
+
+
+def _halves(images):
+    flat = images.reshape(-1, 64)
+    return {"top": flat[:, :32], "bottom": flat[:, 32:]}
+
+
+def _tokens(images):
+    return np.round(images.reshape(-1, 64) * 16).astype("int32")
+
+
+def run_cells(strategy_name, workdir, names=None):
+    """Every feature (or ``names``) under ``strategy_name``: ``{feature: result}``.
+
+    In a launched task (``strategy_name="auto"``) the strategy comes from TF_CONFIG; each task
+    writes below its own ``workdir`` only what the callbacks write (the chief's real files).
+    """
+    import tfdistributed as tfd
+
+    strategy = tfd.make_strategy(strategy_name)
+    names = list(names or _features())
+    return {name: run_cell(name, strategy, workdir) for name in names}
+
+
+def features():
+    """Feature names with their comparison kind, in table order."""
+    return {name: spec[2] for name, spec in _features().items()}

@@ -1,0 +1,188 @@
+"""Users' own Keras programs under strategies: the repairs are in place from `import
+tfdistributed`, each repair is needed (the defect shows without it), the official multi-worker
+tutorial runs unchanged, and launched jobs print readable lines."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed import compat
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TUTORIAL = os.path.join(HERE, "scripts", "keras_mwms_tutorial.py")
+R_TUTORIAL = os.path.join(HERE, "scripts", "keras_mwms_tutorial.R")
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+@pytest.mark.parametrize("order", ["import tfdistributed; import keras",
+                                   "import keras; import tfdistributed",
+                                   "import tfdistributed; import tensorflow as tf; tf.keras.Model"])
+def test_repairs_are_installed_by_the_import_in_either_order(order):
+    code = f"{order}\nimport json\nfrom tfdistributed import compat\nprint(json.dumps(compat.status()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(status) == set(compat.REPAIRS)
+    assert all(s == {"defect_present": True, "applied": True} for s in status.values()), status
+
+
+def test_import_alone_does_not_import_tensorflow():
+    code = "import sys, tfdistributed; print('tensorflow' in sys.modules, 'keras' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["False", "False"], proc.stderr[-2000:]
+
+
+def _without_repairs():
+    """Runs in a fresh process with the single-process repairs switched off."""
+    import conformance
+    import tfdistributed as tfd
+
+    tfd.configure_cpu_devices(2)
+    default, css = tfd.make_strategy("default"), tfd.make_strategy("central_storage")
+    out = {"css_random": conformance.run_cell("random_layers", css, "/tmp"),
+           "css_metrics": conformance.run_cell("metrics", css, "/tmp"),
+           "default_metrics": conformance.run_cell("metrics", default, "/tmp"),
+           "default_clip": conformance.run_cell("gradient_clipping", default, "/tmp"),
+           "mirrored_clip": conformance.run_cell("gradient_clipping", tfd.make_strategy("mirrored"),
+                                                 "/tmp")}
+    for cell in out.values():
+        cell.pop("weights", None)
+        cell.pop("trainable_weights", None)
+    return out
+
+
+@pytest.mark.cluster
+def test_each_single_process_repair_is_needed():
+    """The same cells the conformance matrix passes fail or report wrong numbers without them."""
+    disabled = "central_storage_updates,central_storage_metric_assign,clip_after_all_reduce"
+    job = tfd.launch(_without_repairs, workers=1, timeout=300, echo=False,
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": disabled})
+    out = job.values[0]
+    assert out["css_random"]["status"] == "error"
+    assert "must specify an aggregation method" in out["css_random"]["message"]
+    css, default = out["css_metrics"], out["default_metrics"]
+    assert css["status"] == default["status"] == "ok"
+    # atomic_assign_add (still on) keeps the mean-style metrics right; AUC's assign is not.
+    np.testing.assert_allclose(css["history"]["loss"], default["history"]["loss"], rtol=1e-5)
+    assert abs(css["evaluate"]["auc"] - default["evaluate"]["auc"]) > 1e-3, (css, default)
+    assert not np.allclose(out["mirrored_clip"]["history"]["loss"],
+                           out["default_clip"]["history"]["loss"], rtol=1e-3)
+
+
+def _plain_fit_under_ps():
+    import conformance
+    import tfdistributed as tfd
+
+    cell = conformance.run_cell("plain_model_fit", tfd.make_strategy("auto"), "/tmp/tfd-ps-plain")
+    cell.pop("weights", None)
+    cell.pop("trainable_weights", None)
+    return cell
+
+
+@pytest.mark.cluster
+def test_plain_model_fit_under_parameter_server_needs_the_routing():
+    job = tfd.launch(_plain_fit_under_ps, workers=1, ps=1, chief=True, timeout=300, echo=False,
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "strategy_aware_fit"})
+    cell = job.values[0]
+    assert cell["status"] == "error" and "create_per_worker_dataset" in cell["message"], cell
+
+
+@pytest.mark.cluster
+def test_official_multi_worker_tutorial_runs_unchanged(tmp_path):
+    result = tfd.launch(TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False)
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    with np.load(tmp_path / "worker-0.npz") as a, np.load(tmp_path / "worker-1.npz") as b:
+        assert len(a.files) == len(b.files) == 6
+        for key in a.files:
+            np.testing.assert_array_equal(a[key], b[key])
+    histories = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in (0, 1)]
+    assert histories[0] == histories[1]
+    # The user's metric counts right predictions over the whole global batch of every step.
+    accuracy, correct = histories[0]["accuracy"], histories[0]["correct"]
+    np.testing.assert_allclose(correct, np.array(accuracy) * 20 * 64, rtol=1e-5)
+    with open(tmp_path / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    np.testing.assert_allclose([float(r["loss"]) for r in rows], histories[0]["loss"], rtol=1e-6)
+    assert sorted(os.listdir(tmp_path)) == ["log.csv", "worker-0.json", "worker-0.npz",
+                                            "worker-1.json", "worker-1.npz"]
+    # Keras' progress bar (redrawn with carriage returns) arrives as one readable line per update.
+    for task in result.tasks:
+        assert task.output and all("\r" not in line and "\x1b" not in line and len(line) < 500
+                                   for line in task.output)
+    assert any(line.startswith("20/20") for line in result.task("worker", 0).output)
+
+
+@pytest.mark.cluster
+def test_r_script_with_its_own_strategy_and_model_fit(tmp_path):
+    """From R: raw tf$distribute$MultiWorkerMirroredStrategy() and Keras' own model$fit()."""
+    result = tfd.launch(R_TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False,
+                        env={"R_LIBS": os.path.join(ROOT, ".rlib"), "RETICULATE_PYTHON": sys.executable})
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    reports = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in (0, 1)]
+    assert reports[0] == reports[1] and len(reports[0]["weights"]) == 4
+    assert reports[0]["loss"][-1] < reports[0]["loss"][0]
+
+
+@pytest.mark.cluster
+def test_a_failed_task_names_its_error_even_after_a_long_dump(tmp_path):
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        print("starting", flush=True)
+        try:
+            raise ValueError("the real cause")
+        except ValueError as e:
+            import traceback; traceback.print_exc()
+        print("[" + ", ".join(["0.123456"] * 5000) + "]", flush=True)
+        for i in range(60):
+            print(f"array row {i}: " + " ".join(["1.0"] * 50), flush=True)
+        sys.exit(3)
+    """))
+    with pytest.raises(tfd.LaunchError) as info:
+        tfd.launch(str(script), workers=1, timeout=60, echo=False)
+    message = str(info.value)
+    assert "Its error: ValueError: the real cause" in message
+    assert max(len(line) for line in message.splitlines()) < 500
+
+
+def test_dataset_with_batch_size_is_named_before_the_replica_rule(digits):
+    import tensorflow as tf
+
+    from tfdistributed.demo import build_model
+
+    (x, y), _ = digits
+    model = build_model(tfd.make_strategy("mirrored"))
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+    with pytest.raises(tfd.ArgumentTypeError, match="applies to arrays only"):
+        tfd.fit(model, dataset, batch_size=5)
+    with pytest.raises(tfd.ArgumentTypeError, match="validation_split works with arrays only"):
+        tfd.fit(model, dataset, validation_split=0.2)
+    with pytest.raises(tfd.ArgumentTypeError, match="fraction between 0 and 1"):
+        tfd.fit(model, x, y, validation_split=1.0, batch_size=64)
+    with pytest.raises(tfd.ArgumentTypeError, match="validation_data must be"):
+        tfd.fit(model, x, y, validation_data=(x,), batch_size=64)
+
+
+def test_validation_split_holds_out_the_last_rows_as_keras_does(digits):
+    """Same split, same numbers as Keras' own fit on arrays (which shuffles after splitting)."""
+    from tfdistributed.demo import build_model
+
+    (x, y), _ = digits
+    x, y = x[:640], y[:640]
+    ours = build_model(tfd.make_strategy("default"), seed=5)
+    theirs = build_model(tfd.make_strategy("default"), seed=5)
+    h1 = tfd.fit(ours, x, y, epochs=2, batch_size=64, shuffle=False, validation_split=0.25, verbose=0)
+    h2 = compat.keras_method(theirs, "fit")(x, y, epochs=2, batch_size=64, shuffle=False,
+                                            validation_split=0.25, verbose=0)
+    for key in ("loss", "val_loss", "val_accuracy"):
+        np.testing.assert_allclose(h1.history[key], h2.history[key], rtol=1e-6)
