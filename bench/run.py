@@ -2,10 +2,11 @@
 
     make bench                                    # full run (~15 min), writes bench/results.*
     .venv/bin/python bench/run.py --quick         # smoke test (< 4 min), bench/results-quick.*
+    .venv/bin/python bench/run.py --only 6 --out bench/results-generator   # one group only
 
-Every measured run is a fresh process (or a fresh local cluster) running bench/workloads.py or
-bench/r_fit.R. The arms of a benchmark alternate within each round, and their order flips every
-round (A B, B A, ...), so drift of this shared machine's load hits both alike; each ratio is the
+Every measured run is a fresh process (or a fresh local cluster) running bench/workloads.py,
+bench/r_fit.R or bench/r_generator.R. The arms of a benchmark alternate within each round, and
+their order flips every round (A B, B A, ...), so drift of this shared machine's load hits both alike; each ratio is the
 median of the per-round ratios, shown with the medians of the values behind it. One failing run
 or benchmark is reported in the table and never stops the others; every run has a timeout.
 """
@@ -30,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORKLOADS = HERE / "workloads.py"
 R_SCRIPT = HERE / "r_fit.R"
+R_GENERATOR = HERE / "r_generator.R"
 RESULT_TAG = "BENCH_RESULT"
 
 
@@ -131,6 +133,15 @@ def arm_python_digits(cfg):
     res, _ = run_process([sys.executable, WORKLOADS, "digits", "--epochs", cfg.digits_epochs,
                           "--strategy", "default"], timeout=cfg.timeout)
     return {"fit_seconds": res["fit_seconds"]}
+
+
+def r_generator_arm(mode):
+    def arm(cfg):
+        res, _ = run_process(["Rscript", "--no-save", "--no-restore", R_GENERATOR, mode,
+                              cfg.digits_epochs], timeout=cfg.timeout)
+        return {"examples_per_second": res["examples_per_second"], "accuracy": res["accuracy"]}
+
+    return arm
 
 
 def cnn_args(cfg, legacy=False):
@@ -316,6 +327,20 @@ def analyse(arms: dict) -> list[dict]:
                     "s (launch -> first step)", ratio_name="2-worker job / 1 process",
                     note="same script" + (f"; tf_keras 2-worker job: {legacy_start:.1f} s"
                                           if legacy_start is not None else "")))
+    stream, epochs, arrays = arms["r_gen_stream"], arms["r_gen_epochs"], arms["r_arrays"]
+    rows.append(row("6a. R generator vs in-memory arrays", stream, arrays, "examples_per_second",
+                    "examples/s", ratio_name="generator / arrays", target=">= 0.8",
+                    meets=lambda x: x >= 0.8,
+                    note="digits MLP, batch 64, default strategy, from R: dataset_from_generator() "
+                         "of an R function reshuffling every epoch, with steps_per_epoch = 22 "
+                         "(the batches per epoch of the arrays), vs fit_distributed() on the "
+                         "same data as R arrays"))
+    rows.append(row("6b. R generator, NULL-terminated epochs vs arrays", epochs, arrays,
+                    "examples_per_second", "examples/s", ratio_name="generator / arrays",
+                    note="the same generator where a NULL ends each epoch: Keras then treats "
+                         "the data as of unknown length and starts a new input iterator every "
+                         "epoch (plus one it throws away), a fixed cost per epoch; "
+                         "steps_per_epoch avoids it"))
     return rows
 
 
@@ -381,7 +406,8 @@ def plot(rows, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError as e:
         return f"no plot: {e}"
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    lines = max(1, -(-len(rows) // 3))
+    fig, axes = plt.subplots(lines, 3, figsize=(15, 4 * lines), squeeze=False)
     for ax, r in zip(axes.flat, rows):
         for i, (label, values, med) in enumerate([(r["a"], r["a_values"], r["a_median"]),
                                                   (r["b"], r["b_values"], r["b_median"])]):
@@ -445,6 +471,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="1 repetition, tiny epochs: checks that everything runs (< 4 min)")
     parser.add_argument("--reps", type=int, help="repetitions per arm (default 4, --quick 1)")
+    parser.add_argument("--only", action="append", metavar="PREFIX",
+                        help="run only the benchmark groups whose title starts with PREFIX "
+                        "(e.g. --only 6 for the R generator); repeatable")
     parser.add_argument("--out", type=Path, help="output prefix (default bench/results, "
                         "--quick bench/results-quick): writes .md, .json and .png")
     ns = parser.parse_args(argv)
@@ -469,10 +498,18 @@ def main(argv=None):
                                  Arm("ps_legacy", "tf_keras PS", ps_arm(legacy=True))]),
         ("4b. Mirrored on logical CPUs", [Arm("mirrored_2", "2 logical CPUs", mirrored_arm(2)),
                                           Arm("mirrored_1", "1 logical CPU", mirrored_arm(1))]),
+        ("6. R generator vs in-memory arrays",
+         [Arm("r_gen_stream", "R generator", r_generator_arm("stream")),
+          Arm("r_gen_epochs", "R generator (NULL epochs)", r_generator_arm("epochs")),
+          Arm("r_arrays", "R arrays", r_generator_arm("arrays"))]),
     ]
-    for name, arms in groups:
+    selected = [g for g in groups if not ns.only or any(g[0].startswith(p) for p in ns.only)]
+    for name, arms in selected:
         run_rounds(name, arms, cfg)
     rows = analyse({a.key: a for _, arms in groups for a in arms})
+    # Rows of groups that were not selected have no runs at all: leave them out of the report.
+    rows = [r for r in rows if any(v is not None for v in r["a_values"] + r["b_values"])
+            or r["errors"]]
     info["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     info["minutes"] = (time.monotonic() - t0) / 60
     write_report(rows, info, cfg, started, prefix, command, ns.quick)

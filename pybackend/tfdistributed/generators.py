@@ -11,9 +11,9 @@ fixes that, because every R call still has to wait for a main thread that never 
 function, hands the batch to :meth:`BatchFeed.put`, and waits for space with
 :meth:`BatchFeed.free_slots`, which returns at least every few milliseconds. The feed is a
 bounded buffer (``capacity`` batches): R produces the next batches while TensorFlow trains on
-the current ones, and R never runs more than ``capacity`` batches ahead. TensorFlow reads the
-buffer through ``from_generator`` with a pure-Python generator, so no TensorFlow thread ever
-needs R. Because the R loop only makes short Python calls, an R interrupt (Ctrl-C) is noticed
+the current ones, and R never runs more than ``capacity`` batches ahead. The buffer is a
+TensorFlow ``FIFOQueue`` that the dataset dequeues inside its own graph, so no TensorFlow thread
+ever needs R, Python or the GIL to get a batch. Because the R loop only makes short Python calls, an R interrupt (Ctrl-C) is noticed
 within one wait, and an error in the R function stops training at once: :meth:`BatchFeed.fail`
 makes the next read in TensorFlow raise, ``fit`` returns with that error, and the R side joins
 the thread before it reports the R error. The alternative - R calling ``fit`` and TensorFlow
@@ -22,7 +22,10 @@ calling back into R - is the design that hangs.
 Under ``multi_worker_mirrored`` every worker process runs its own R loop and its own
 generator, which is told the worker's index and the number of workers; each worker's stream
 is its own shard, so the feed's dataset has the shard policy ``"off"`` (TensorFlow must not
-drop parts of it). Under ``parameter_server`` the per-worker input pipelines run inside the
+drop parts of it). TensorFlow still splits each batch over all replicas in sync, so a step
+takes ``1/n`` of one batch of each of the ``n`` workers. Epochs end at a NULL only under the
+default and ``one_device`` strategies (see :data:`LAZY_INPUT`); elsewhere ``steps_per_epoch``
+sets them. Under ``parameter_server`` the per-worker input pipelines run inside the
 workers' TensorFlow servers, which have no R (and a ``from_generator`` function cannot be
 shipped to another process): :func:`check_strategy` refuses with a message pointing to
 sharded files (:func:`write_shards`, :func:`read_shards`), which every worker reads with
@@ -162,7 +165,8 @@ class BatchFeed:
         self._capacity = as_int(capacity, "prefetch", minimum=1)
         self._stream = bool(stream)
         self._passes = as_int(passes, "passes", minimum=1, allow_none=True)
-        self._lock = threading.Lock()
+        # Guards the queue between R's main thread (put) and the job thread (close at the end).
+        self._lock = threading.RLock()
         self._spec = None
         self._layout = None
         self._queue = None
@@ -227,9 +231,13 @@ class BatchFeed:
         from tensorflow.python.ops import gen_data_flow_ops
 
         # The raw op: FIFOQueue.enqueue's Python wrapper costs ~10x the op itself, and this runs
-        # once per batch on R's main thread.
-        gen_data_flow_ops.queue_enqueue_v2(
-            self._queue.queue_ref, [self._flags[flag], *map(tf.convert_to_tensor, leaves)])
+        # once per batch on R's main thread. Once the job has ended (the queue is closed), what
+        # R still made is dropped. Never blocks: R only fills free slots, and a stop element has
+        # a slot of its own.
+        components = [self._flags[flag], *map(tf.convert_to_tensor, leaves)]
+        with self._lock:
+            if not self._closed:
+                gen_data_flow_ops.queue_enqueue_v2(self._queue.queue_ref, components)
 
     def _size(self) -> int:
         from tensorflow.python.ops import gen_data_flow_ops
@@ -293,7 +301,9 @@ class BatchFeed:
                 f"The generator returned NULL before any batch of pass {self.passes_done + 1}: "
                 f"an epoch needs at least one batch. After returning NULL the generator is called "
                 f"again for the next epoch, so it must start over (e.g. reset its position).")
-        self._enqueue(self._END_PASS, self._marker(self._END_PASS))
+        if not self._stream:
+            # A stream has no epochs to end: its dataset needs no marker to filter out.
+            self._enqueue(self._END_PASS, self._marker(self._END_PASS))
         self.passes_done += 1
         self._batches_in_pass = 0
 
@@ -318,10 +328,11 @@ class BatchFeed:
         creates for an epoch that never comes) returns at once, instead of waiting inside
         TensorFlow until the interpreter shuts down under it.
         """
-        self._closed = True
-        self._stop()
-        if self._queue is not None:
-            self._queue.close(cancel_pending_enqueues=True)
+        with self._lock:
+            self._stop()
+            self._closed = True
+            if self._queue is not None:
+                self._queue.close(cancel_pending_enqueues=True)
 
     # --- consumer side (TensorFlow's graph) ----------------------------------------------------
 
@@ -343,19 +354,24 @@ class BatchFeed:
             check = tf.debugging.Assert(ok, ["The R generator failed or training was stopped; "
                                              "the R session reports why."])
             with tf.control_dependencies([check]):
-                flag = tf.identity(flag)
-            return flag, tuple(tf.ensure_shape(leaf, shape) for leaf, shape in zip(leaves, shapes))
+                leaves = [tf.ensure_shape(leaf, shape) for leaf, shape in zip(leaves, shapes)]
+            batch = tf.nest.pack_sequence_as(spec, leaves)
+            return batch if self._stream else (flag, batch)
 
+        # One function per batch for a stream (each tf.data function call costs time on every
+        # step); epochs add the end-of-pass test.
         dataset = tf.data.Dataset.from_tensors(0).repeat().map(dequeue)
-        not_end = lambda flag, _: tf.not_equal(flag, self._END_PASS)  # noqa: E731
-        dataset = dataset.filter(not_end) if self._stream else dataset.take_while(not_end)
-        dataset = dataset.map(lambda _, leaves: tf.nest.pack_sequence_as(spec, list(leaves)))
+        if not self._stream:
+            dataset = dataset.take_while(lambda flag, _: tf.not_equal(flag, self._END_PASS))
+            dataset = dataset.map(lambda _, batch: batch)
         options = tf.data.Options()
-        # The queue is the prefetch buffer. A prefetch tf.data would inject reads (and checks)
+        # The queue is the prefetch buffer. A prefetch that tf.data would inject reads (and checks)
         # batches ahead on a thread of its own, so a stop would take effect only after those,
         # and a reader left waiting on the queue when the process exits crashed the interpreter
         # at shutdown in our tests.
         options.experimental_optimization.inject_prefetch = False
+        # Nor may tf.data run the dequeue in parallel: it would take batches ahead the same way.
+        options.experimental_optimization.map_parallelization = False
         dataset = dataset.with_options(options)
         # Each worker's generator already produces that worker's data: no auto-sharding.
         return with_shard_policy(dataset, "off")
