@@ -20,6 +20,7 @@ def test_three_workers_and_the_chief_saved_model_loads_without_a_strategy(tmp_pa
     assert [t.returncode for t in result.tasks] == [0, 0, 0]
     outputs = read_outputs(out)
     for other in ("worker-1", "worker-2"):
+        assert len(outputs[other]["weights"]) == len(outputs["worker-0"]["weights"]) == 4
         for a, b in zip(outputs["worker-0"]["weights"], outputs[other]["weights"]):
             np.testing.assert_array_equal(a, b)
     # Only the chief's file is there: the other workers' temporary copies were removed.
@@ -30,6 +31,7 @@ def test_three_workers_and_the_chief_saved_model_loads_without_a_strategy(tmp_pa
     _, (xt, yt) = digits
     loss, accuracy = model.evaluate(xt, yt, verbose=0)
     assert accuracy == pytest.approx(outputs["worker-0"]["metrics"]["accuracy"], abs=1e-6)
+    assert len(model.get_weights()) == len(outputs["worker-0"]["weights"]) == 4
     for a, b in zip(model.get_weights(), outputs["worker-0"]["weights"]):
         np.testing.assert_array_equal(a, b)
 
@@ -50,6 +52,7 @@ def test_killed_worker_resumes_from_last_epoch_with_the_same_result(tmp_path):
     assert resumed["worker-0"]["epochs"] == [2, 3, 4]  # epochs 3..5, 1-based
     assert full["worker-0"]["epochs"] == [0, 1, 2, 3, 4]
     for task in ("worker-0", "worker-1"):
+        assert len(resumed[task]["weights"]) == len(full[task]["weights"]) == 4
         for a, b in zip(resumed[task]["weights"], full[task]["weights"]):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # A finished job deletes its backup, and no worker left a temporary directory behind.

@@ -60,6 +60,7 @@ def test_fit_then_evaluate_succeed_on_both_workers(two_worker_job):
 
 def test_workers_end_with_identical_weights(two_worker_job):
     _, outputs = two_worker_job
+    assert len(outputs["worker-0"]["weights"]) == len(outputs["worker-1"]["weights"]) == 4
     for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
         np.testing.assert_array_equal(a, b)
     assert outputs["worker-0"]["metrics"] == outputs["worker-1"]["metrics"]
