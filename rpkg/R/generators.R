@@ -26,7 +26,10 @@
 #' (apart from the batch size). Return `NULL` to end an epoch: the function is
 #' then called again for the next epoch, so it must start over. A function that
 #' never returns `NULL` needs `steps_per_epoch` in [fit_distributed()] (and
-#' `steps` in [evaluate_distributed()]). Batches are *global* batches, as for
+#' `steps` in [evaluate_distributed()]). Under every strategy but `default`
+#' and `one_device`, give `steps_per_epoch` / `steps` in any case: there Keras
+#' reads ahead of an epoch's end and would drop batches, so a `NULL` only
+#' means that the function starts over. Batches are *global* batches, as for
 #' arrays: each replica gets its share.
 #'
 #' If the function declares arguments named `worker_index` and/or
@@ -212,9 +215,8 @@ evaluate_served <- function(model, x, y = NULL, strategy = NULL, batch_size = NU
 run_served <- function(model, x, strategy, args, what, passes, stream) {
   gens <- backend()$generators
   context <- with_backend(gens$check_strategy(model, strategy, what))
-  if (what == "fit") {
-    with_backend(gens$check_epochs(model, strategy, args$steps_per_epoch))
-  }
+  steps <- if (what == "fit") args$steps_per_epoch else args$steps
+  with_backend(gens$check_epochs(model, strategy, steps, what))
   feed <- gens$BatchFeed(capacity = x$prefetch, passes = passes, stream = stream)
   state <- new.env()
   state$batches <- 0L

@@ -75,6 +75,13 @@ test_that("mirrored and central_storage train from a generator with steps_per_ep
                  class = "tfdistributed_generator_error")
     history <- fit_distributed(model, gen, epochs = 3, steps_per_epoch = 22)
     expect_lt(history$metrics$loss[[3]], history$metrics$loss[[1]])
+    test_gen <- dataset_from_generator(digits_batches(digits$test$x, digits$test$y))
+    expect_error(evaluate_distributed(model, test_gen), "needs `steps`",
+                 class = "tfdistributed_generator_error")
+    # 450 test images are 8 batches: with steps, exactly the examples the arrays give.
+    expect_equal(evaluate_distributed(model, test_gen, steps = 8)[["accuracy"]],
+                 evaluate_distributed(model, digits$test$x, digits$test$y)[["accuracy"]],
+                 tolerance = 1e-6)
   }
 })
 
