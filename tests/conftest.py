@@ -59,7 +59,9 @@ def ray_cluster():
     try:
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        from tfdistributed.ray_backend import start_local_ray
+
+        start_local_ray(num_cpus=2)
     except Exception as e:  # noqa: BLE001
         pytest.fail(f"A local Ray cluster did not start, so the Ray backend cannot be tested here: "
                     f"{type(e).__name__}: {e}. Run scripts/setup.sh to install the ray extra.",

@@ -16,7 +16,7 @@ TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG a
 devices can still be set up after it.
 """
 
-from . import checkpoints, generators, loops
+from . import checkpoints, generators, loops, ray_backend, slurm
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
@@ -26,6 +26,7 @@ from .generators import GeneratorError, read_shards, write_shards
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      ShardingError, StrategyError, TFDistributedError, TrainingError)
 from .launch import LaunchResult, TaskResult, launch, run_server
+from .slurm import slurm_script, tf_config_from_slurm
 from .strategies import (STRATEGY_NAMES, canonical_name, configure_cpu_devices, make_strategy,
                          strategy_info, strategy_kind)
 from .training import evaluate, fit, predict
@@ -50,4 +51,5 @@ __all__ = [
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
     "write_digits_tfds", "write_shards", "generators",
+    "ray_backend", "slurm", "slurm_script", "tf_config_from_slurm",
 ]

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from ._args import as_int
 from .cluster import ROLES, check_loopback, local_cluster, tf_config
-from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
+from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
+                     did_you_mean)
 
 DEFAULT_TIMEOUT = 900.0
 # TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
@@ -241,7 +242,7 @@ def _pin(core):
 
 def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env=None, args=(),
            cluster=None, tasks=None, on_output=None, echo=True, python=None, rscript="Rscript",
-           cwd=None, pin_cpus=False, grace=5.0, show_all=False):
+           cwd=None, pin_cpus=False, grace=5.0, show_all=False, backend="local", **backend_options):
     """Run ``target`` as a local cluster; returns a :class:`LaunchResult` or raises.
 
     Args:
@@ -260,11 +261,22 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         pin_cpus: pin task i to core ``i % ncores`` with one TensorFlow thread each (benchmarks).
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
         show_all: also stream TensorFlow's C++ start-up INFO lines (always kept in ``output``).
+        backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
+            :func:`tfdistributed.slurm.launch_slurm`) or ``"ray"`` (Ray actors:
+            :func:`tfdistributed.ray_backend.launch_ray`); ``backend_options`` go to those.
 
     Raises:
         LaunchError: a task exited non-zero (``.results`` has every task's outcome).
         LaunchTimeoutError: the job did not finish within ``timeout``.
     """
+    if backend != "local":
+        return _launch_elsewhere(backend, target, workers, ps, chief, backend_options, timeout=timeout,
+                                 env=env, args=args, on_output=on_output, echo=echo, python=python,
+                                 rscript=rscript, cwd=cwd, show_all=show_all,
+                                 local_only=dict(cluster=cluster, tasks=tasks, pin_cpus=pin_cpus))
+    if backend_options:
+        raise ArgumentTypeError(f"Unknown argument(s) {sorted(backend_options)} for launch() on the "
+                                f"local backend; they are options of backend='slurm' or 'ray'.")
     import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
     try:
@@ -429,6 +441,22 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)
+
+
+def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, **common):
+    """launch() on a SLURM or Ray cluster: the same target, tasks and results, another engine."""
+    if backend not in ("slurm", "ray"):
+        raise ArgumentTypeError(f"`backend` must be 'local', 'slurm' or 'ray', got {backend!r}."
+                                f"{did_you_mean(str(backend), ('local', 'slurm', 'ray'))}")
+    given = [k for k, v in local_only.items() if v not in (None, False)]
+    if given:
+        raise ArgumentTypeError(f"{', '.join(given)} only apply to local clusters; the {backend} "
+                                f"backend places the tasks itself.")
+    if backend == "slurm":
+        from .slurm import launch_slurm as run
+    else:
+        from .ray_backend import launch_ray as run
+    return run(target, workers, ps, chief, **common, **options)
 
 
 def run_server(config=None) -> None:

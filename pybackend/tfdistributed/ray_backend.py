@@ -127,6 +127,33 @@ class _TaskActor:
         return True
 
 
+def start_local_ray(num_cpus: int = 2, **init_options):
+    """``ray.init()`` a local Ray with ``num_cpus`` CPUs whose processes can start from R too.
+
+    Inside R (reticulate, rpy2) LD_LIBRARY_PATH starts with the system library directory (R's
+    ``ldpaths``); a Python built with its own shared libpython (pyenv, conda) then loads the
+    system's libpython in every process Ray starts, and Ray's dashboard and workers die on
+    import (``undefined symbol: _PyModule_Add``). Ray's processes get this interpreter's library
+    directory first.
+    """
+    import sysconfig
+
+    ray = _import_ray()
+    saved = os.environ.get("LD_LIBRARY_PATH")
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if saved and sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir:
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, saved])
+    try:
+        init_options.setdefault("include_dashboard", False)
+        init_options.setdefault("log_to_driver", False)
+        return ray.init(num_cpus=num_cpus, **init_options)
+    finally:
+        if saved is None:
+            os.environ.pop("LD_LIBRARY_PATH", None)
+        else:
+            os.environ["LD_LIBRARY_PATH"] = saved
+
+
 def _import_ray():
     try:
         import ray
@@ -166,7 +193,7 @@ def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
             ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
         else:
             n = as_int(workers, "workers", minimum=1) + as_int(ps, "ps", minimum=0) + int(bool(chief))
-            ray.init(num_cpus=max(n, 2), include_dashboard=False, log_to_driver=False)
+            start_local_ray(num_cpus=max(n, 2))
     try:
         for attempt in range(max_failures + 1):
             try:

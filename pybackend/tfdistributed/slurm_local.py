@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -165,7 +166,7 @@ class LocalSlurm:
         not reap orphans) and wait until ``ready()``."""
         with open(self.path(f"log/{name}.out"), "wb") as out:
             proc = subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
         self._procs[name] = proc
         deadline = time.monotonic() + self.start_timeout
         while not ready():
@@ -243,3 +244,12 @@ class LocalSlurm:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+
+def _stop_with_parent() -> None:
+    """In the daemon before it starts: its own session (a Ctrl-C of ours is not its), and
+    SIGTERM when the process that started it dies, even by SIGKILL, so no daemon outlives a
+    killed test run or R session."""
+    import ctypes
+
+    os.setsid()
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

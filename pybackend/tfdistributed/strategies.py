@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from . import compat
+from . import compat, slurm
 from ._args import as_int
 from .cluster import num_workers, read_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
@@ -281,6 +281,9 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
     compat.apply()
     if num_cpu_devices:
         configure_cpu_devices(num_cpu_devices)
+    if cluster_resolver is None and kind in ("auto", "multi_worker_mirrored", "parameter_server"):
+        # A task of `srun -n 2+` without TF_CONFIG: its cluster is in SLURM's environment.
+        slurm.set_tf_config_from_slurm_if_needed()
     if kind == "auto":
         kind = _auto_kind(num_cpu_devices)
     return _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)

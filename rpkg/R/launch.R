@@ -21,6 +21,15 @@
 #' @param env Named character vector of extra environment variables for every task.
 #' @param args Command-line arguments for the script.
 #' @param echo Print each task's output as it arrives.
+#' @param backend Where the tasks run: `"local"` (processes on this machine),
+#'   `"slurm"` (a job submitted with `sbatch` from the script of
+#'   [slurm_script()]; each task's output is followed from its file, and the job
+#'   is cancelled with `scancel` on a failure, the timeout or an interrupt) or
+#'   `"ray"` (one Ray actor per task, on the Ray cluster Python is connected to,
+#'   or a local one). The script itself does not change.
+#' @param ... Options of the `"slurm"` backend (`partition`, `sbatch_args`,
+#'   `srun_args`, `directory`, `keep_files`, `job_name`) or of the `"ray"`
+#'   backend (`address`, `ray_options`, `max_failures`).
 #' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
 #'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
 #'   lines, `$seconds` the wall time, `$cluster` the cluster.
@@ -28,9 +37,11 @@
 #' @examples
 #' \dontrun{
 #' launch_cluster("train.R", workers = 2)
+#' launch_cluster("train.R", workers = 4, backend = "slurm", partition = "gpu")
+#' launch_cluster("train.R", workers = 2, backend = "ray")
 #' }
 launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = 900,
-                           env = NULL, args = NULL, echo = TRUE) {
+                           env = NULL, args = NULL, echo = TRUE, backend = "local", ...) {
   script <- as_string(script, "script")
   if (!file.exists(script)) {
     abort("Script '", script, "' does not exist (working directory '", getwd(), "'). ",
@@ -41,6 +52,11 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
   chief <- as_flag(chief, "chief")
   timeout <- as_number(timeout, "timeout")
   echo <- as_flag(echo, "echo")
+  backend <- as_string(backend, "backend")
+  options <- list(...)
+  if (length(options) && (is.null(names(options)) || any(!nzchar(names(options))))) {
+    abort("Options of the ", backend, " backend must be named, e.g. partition = \"gpu\".")
+  }
   if (!is.null(env) && (is.null(names(env)) || any(!nzchar(names(env))) || anyNA(env))) {
     abort("`env` must be a named character vector such as c(MY_VAR = \"1\"), got ", describe(env), ".")
   }
@@ -53,11 +69,10 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
   on_output <- if (echo) function(line) cat(line, "\n", sep = "") else NULL
   # Rscript tasks find this package where this session does.
   env_py <- merge_env(env_py, R_LIBS = paste(.libPaths(), collapse = .Platform$path.sep))
-  result <- with_backend(backend()$launch(
+  result <- with_backend(do.call(backend()$launch, c(list(
     normalizePath(script), workers = workers, ps = ps, chief = chief, timeout = timeout,
     env = env_py, args = py_list(as.character(args)), on_output = on_output, echo = FALSE,
-    rscript = file.path(R.home("bin"), "Rscript")
-  ))
+    rscript = file.path(R.home("bin"), "Rscript"), backend = backend), options)))
   tasks <- result$tasks
   out <- structure(list(
     cluster = as_tfdistributed_cluster(result$cluster),
@@ -70,7 +85,8 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     ),
     output = stats::setNames(lapply(tasks, function(t) as.character(unlist(t$output))),
                              vapply(tasks, function(t) t$name, "")),
-    seconds = result$seconds
+    seconds = result$seconds,
+    backend = backend
   ), class = "tfdistributed_launch")
   invisible(out)
 }

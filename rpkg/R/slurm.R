@@ -1,0 +1,57 @@
+#' TF_CONFIG from a SLURM job step, and batch scripts for SLURM
+#'
+#' Inside `srun -n 2 Rscript train.R`, [distribute_strategy()] with `"auto"`
+#' (or `"multi_worker_mirrored"`, `"parameter_server"`) needs no TF_CONFIG: when
+#' none is set and the job step has 2 or more tasks, it builds one from SLURM's
+#' environment, the way `tf_config_from_slurm()` shows it. Hosts come from the
+#' step's node list (expanded with `scontrol show hostnames`), this task from
+#' `SLURM_PROCID`; ports are SLURM's reserved ports of the step when it has them
+#' (`srun --resv-ports`), else `port_base` plus the task's local id on its node
+#' (`TFDISTRIBUTED_SLURM_PORT_BASE`, default 15000), so tasks sharing a node
+#' never collide. It works on CPU and GPU nodes alike (TensorFlow's own SLURM
+#' resolver needs `nvidia-smi`).
+#'
+#' @param port_base First port when SLURM reserved none for the step.
+#' @param ps Number of parameter-server tasks: tasks 1..`ps` become `ps`, task 0
+#'   the chief. Default `TFDISTRIBUTED_SLURM_PS`, else 0.
+#' @param chief Make task 0 the chief. Default `TFDISTRIBUTED_SLURM_CHIEF`.
+#' @return `tf_config_from_slurm()`: the TF_CONFIG of this task (class
+#'   `tfdistributed_tf_config`; it is not set).
+#' @seealso [launch_cluster()] with `backend = "slurm"` to submit a job from R.
+#' @export
+#' @examples
+#' \dontrun{
+#' # in a script run with: srun -n 2 Rscript train.R
+#' tf_config_from_slurm()
+#' strategy <- distribute_strategy("auto")   # multi_worker_mirrored over the 2 tasks
+#' }
+tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
+  port_base <- as_integer(port_base, "port_base", minimum = 1L, allow_null = TRUE)
+  ps <- as_integer(ps, "ps", minimum = 0L, allow_null = TRUE)
+  if (!is.null(chief)) chief <- as_flag(chief, "chief")
+  config <- with_backend(backend()$slurm$tf_config_from_slurm(
+    port_base = port_base, ps = ps, chief = chief))
+  as_tfdistributed_tf_config(config)
+}
+
+#' @rdname tf_config_from_slurm
+#' @param script Path of the `.R` or `.py` training script.
+#' @param workers Number of worker tasks.
+#' @param args Command-line arguments for the script.
+#' @param ... `slurm_script()`: options of the batch script: `partition`,
+#'   `time_limit` (minutes), `sbatch_args`, `srun_args`, `job_name`,
+#'   `directory`, `env`.
+#' @return `slurm_script()`: the text of an `sbatch` script that runs `script`
+#'   as a job of `workers` (+ `ps` + chief) tasks, each with its TF_CONFIG;
+#'   `writeLines()` it to a file and submit it with `sbatch`, or let
+#'   `launch_cluster(script, backend = "slurm")` do both and follow the job.
+#' @export
+slurm_script <- function(script, workers = 2, ps = 0, chief = FALSE, args = NULL, ...) {
+  script <- as_string(script, "script")
+  workers <- as_integer(workers, "workers", minimum = 1L)
+  ps <- as_integer(ps, "ps", minimum = 0L)
+  chief <- as_flag(chief, "chief")
+  with_backend(backend()$slurm$slurm_script(
+    normalizePath(script, mustWork = TRUE), workers = workers, ps = ps, chief = chief,
+    args = py_list(as.character(args)), rscript = file.path(R.home("bin"), "Rscript"), ...))
+}
