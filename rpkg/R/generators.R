@@ -265,6 +265,11 @@ produce_batch <- function(x, feed, call_args, state) {
   if (!is.null(state$error)) {
     return(FALSE)
   }
+  # An interrupt that arrived while the generator ran is pending for both R and Python; if
+  # Python handled it first, it would surface as a KeyboardInterrupt inside the next Python
+  # call (reticulate then fails to convert it). Sys.sleep() lets R take it here, as an R
+  # interrupt.
+  Sys.sleep(0)
   tryCatch({
     if (is.null(batch)) {
       feed$end_pass()

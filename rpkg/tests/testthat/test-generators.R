@@ -142,3 +142,34 @@ test_that("a data frame written as TFRecord shards reads back and trains", {
   expect_error(write_dataset_shards(list(a = 1), dir), "must be a data frame")
   expect_error(write_dataset_shards(data.frame(a = c(1, NA)), dir), "contains NA")
 })
+
+test_that("an interrupt while R serves the generator stops training and its thread", {
+  skip_if_no_backend()
+  # A real SIGINT needs a process of its own: this one runs the test suite.
+  script <- tempfile(fileext = ".R")
+  on.exit(unlink(script))
+  writeLines(c(
+    "library(tfdistributed)",
+    "options(tfdistributed.verbose = 0L)",
+    "calls <- 0",
+    "endless <- function() {",
+    "  calls <<- calls + 1",
+    "  if (calls == 30) tools::pskill(Sys.getpid(), tools::SIGINT)",
+    "  list(array(runif(32 * 4), c(32, 4)), runif(32))",
+    "}",
+    "model <- keras$Sequential(list(keras$Input(shape = shape(4)), keras$layers$Dense(1L)))",
+    "model$compile(optimizer = 'sgd', loss = 'mse')",
+    "outcome <- tryCatch(fit_distributed(model, dataset_from_generator(endless), epochs = 10000,",
+    "                                    steps_per_epoch = 100), interrupt = function(c) 'interrupted')",
+    "threads <- vapply(reticulate::import('threading')$enumerate(), function(t) t$name, '')",
+    "cat('OUTCOME', outcome, calls, paste(threads, collapse = ','), '\\n')"
+  ), script)
+  out <- system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = FALSE,
+                 timeout = 180)
+  line <- grep("^OUTCOME", out, value = TRUE)
+  expect_length(line, 1)
+  parts <- strsplit(line, " ")[[1]]
+  expect_identical(parts[[2]], "interrupted")
+  expect_lte(as.integer(parts[[3]]), 30 + 8)  # at most a prefetch of batches after it
+  expect_identical(parts[[4]], "MainThread")
+})
