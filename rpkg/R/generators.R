@@ -92,16 +92,16 @@ dataset_from_generator <- function(generator, prefetch = 8) {
           "closure: function(worker_index, num_workers) { ... }.",
           class = "tfdistributed_generator_error")
   }
-  passes <- if ("..." %in% args) known else intersect(known, args)
-  structure(list(generator = generator, prefetch = prefetch, passes_args = passes),
+  arg_names <- if ("..." %in% args) known else intersect(known, args)
+  structure(list(generator = generator, prefetch = prefetch, arg_names = arg_names),
             class = "tfdistributed_generator_dataset")
 }
 
 #' @export
 print.tfdistributed_generator_dataset <- function(x, ...) {
   cat("<tfdistributed generator dataset: an R function, prefetch ", x$prefetch, ">\n", sep = "")
-  if (length(x$passes_args)) {
-    cat("  called with: ", paste(x$passes_args, collapse = ", "), "\n", sep = "")
+  if (length(x$arg_names)) {
+    cat("  called with: ", paste(x$arg_names, collapse = ", "), "\n", sep = "")
   }
   invisible(x)
 }
@@ -222,7 +222,7 @@ run_served <- function(model, x, strategy, args, what, passes, stream) {
   state$batches <- 0L
   state$calls <- 0L
   call_args <- list(worker_index = as.integer(context$worker_index),
-                    num_workers = as.integer(context$num_workers))[x$passes_args]
+                    num_workers = as.integer(context$num_workers))[x$arg_names]
   # The first batch gives the dataset its signature, before training starts.
   produce_batch(x, feed, call_args, state)
   if (!is.null(state$error)) {
