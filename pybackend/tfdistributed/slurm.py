@@ -280,6 +280,9 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
     """
     roles = _layout(workers, ps, chief)
     python = python or sys.executable
+    # One option given as a string (R's "--gres=gpu:1") is one option, not its characters.
+    sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
+    srun_args = [srun_args] if isinstance(srun_args, str) else list(srun_args)
     if argv is None:
         from .launch import _target_argv
 
@@ -393,6 +396,7 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
 
     timeout = float(timeout)
     roles = _layout(workers, ps, chief)
+    sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
     ps_mode = as_int(ps, "ps", minimum=0) > 0
     base = os.path.abspath(cwd or os.getcwd())
     own_dir = directory is None
@@ -460,7 +464,12 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
             rcs = codes()
             bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
             if bad:
-                i = bad[0]
+                # SLURM kills the other tasks at once (--kill-on-bad-exit), and their exit codes
+                # can land first: name the task that failed, not one killed because of it.
+                time.sleep(0.5)
+                rcs = codes()
+                bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
+                i = min(bad, key=lambda i: (rcs[i] < 0, _mtime(jobdir, i)))
                 _cancel(job_id)
                 rcs = codes()
                 how = (f"was killed by signal {-rcs[i]}" if rcs[i] < 0
@@ -521,6 +530,13 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
     result = LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)
     result.job_id = job_id
     return result
+
+
+def _mtime(jobdir: str, task: int) -> float:
+    try:
+        return os.path.getmtime(os.path.join(jobdir, f"task-{task}.rc"))
+    except OSError:
+        return float("inf")
 
 
 def _job_end(job_id: str, jobdir: str) -> str:

@@ -33,6 +33,11 @@ EXPECTED = {
                                 "Batch 3 does not match the first batch", "needs `steps_per_epoch`",
                                 "Pass dataset_from_generator(<your function>) instead",
                                 "write the data as at least 5 files"],
+    "running-on-a-cluster": ["1   idle", '"task": {"type": "worker", "index": 1}',
+                             "#SBATCH --gres=gpu:1", "[launch] submitted SLURM job",
+                             "[worker 1] multi_worker_mirrored 1 of 2: test accuracy",
+                             "Task worker 1 exited with status 1 (SLURM job",
+                             "out of memory on this node", "kind: TFJob"],
 }
 
 
@@ -113,3 +118,11 @@ def test_generator_tutorial_trains_to_090_and_its_workers_agree(rendered):
                               r"[\d.-]+)", text))
     assert set(workers) == {"0", "1"} and workers["0"] == workers["1"], workers
     assert float(workers["0"].split(",")[0]) >= 0.9
+
+
+def test_cluster_tutorial_trains_in_lock_step_on_every_engine(rendered):
+    text = text_of(rendered[0]["running-on-a-cluster"])
+    # srun, sbatch and Ray: each 2-worker job ends with identical weights on both workers.
+    assert text.count("same_weights(out)\n#> [1] TRUE") == 3
+    accuracies = [float(a) for a in re.findall(r"multi_worker_mirrored 0 of 2: test accuracy ([\d.]+)", text)]
+    assert len(accuracies) == 3 and all(a >= 0.8 for a in accuracies), accuracies
