@@ -1,4 +1,4 @@
-# The chief (coordinator) of a parameter-server job (tests/r/test_generators.py): an R generator
+# The chief (coordinator) of a parameter-server job (tests/r/test_r_generators.py): an R generator
 # is refused with our message, and the same data written as sharded TFRecord files trains, each
 # worker reading its share with TensorFlow's readers inside its own server.
 # Usage: Rscript generator_ps_chief.R DATA_DIR

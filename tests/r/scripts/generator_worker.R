@@ -1,4 +1,4 @@
-# One worker of a 2-worker job that streams from its own R generator (tests/r/test_generators.py).
+# One worker of a 2-worker job that streams from its own R generator (tests/r/test_r_generators.py).
 # Each worker reads its own half of the digits (rows i, i + n, ...), reshuffled every epoch, in
 # 10 batches of 64 per epoch; steps run in lock-step, so both must end with the same weights.
 # Usage: Rscript generator_worker.R OUT_DIR
