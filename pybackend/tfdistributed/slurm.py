@@ -59,7 +59,7 @@ import tempfile
 import time
 
 from ._args import as_int
-from .cluster import read_tf_config, tf_config
+from .cluster import tf_config
 from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 
 DEFAULT_PORT_BASE = 15000

@@ -19,6 +19,8 @@ coordinator of a cluster without a chief, whose TF_CONFIG has no task), ``multi_
 when it has several workers, ``mirrored`` with several GPUs or when ``num_cpu_devices`` > 1 is
 asked for, else ``default``; an ``evaluator`` task (outside the training cluster) gets a local
 strategy. So one script runs unchanged on a laptop and under :func:`tfdistributed.launch`.
+Inside ``srun`` (a SLURM job step of 2+ tasks) without TF_CONFIG, the cluster comes from SLURM's
+environment first (:mod:`tfdistributed.slurm`).
 """
 
 from __future__ import annotations
