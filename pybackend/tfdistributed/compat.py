@@ -306,14 +306,19 @@ def _patch_strategy_aware_fit(trainer) -> None:
     def fit(self, *args, **kwargs):
         from . import training
 
+        _refuse_r_generator(args, kwargs, "model.fit")
         if _is_parameter_server(self):
             return training.fit_from_keras(self, *args, **kwargs)
-        kwargs["callbacks"] = _safe(kwargs.get("callbacks"))
+        if "callbacks" in kwargs:
+            kwargs["callbacks"] = _safe(kwargs["callbacks"])
+        elif len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+            args = (*args[:5], _safe(args[5]), *args[6:])
         return originals["fit"](self, *args, **kwargs)
 
     def evaluate(self, *args, **kwargs):
         from . import training
 
+        _refuse_r_generator(args, kwargs, "model.evaluate")
         if _is_parameter_server(self):
             return training.evaluate_from_keras(self, *args, **kwargs)
         return originals["evaluate"](self, *args, **kwargs)
@@ -329,6 +334,17 @@ def _patch_strategy_aware_fit(trainer) -> None:
         patched.__tfdistributed_original__ = originals[name]
         patched.__doc__ = originals[name].__doc__
         setattr(cls, name, patched)
+
+
+def _refuse_r_generator(args, kwargs, what) -> None:
+    """A dataset over an R generator, trained from R's main thread, hangs: refuse it at once."""
+    import tensorflow as tf
+
+    from .generators import refuse_r_generator_on_main_thread
+
+    x = args[0] if args else kwargs.get("x")
+    if isinstance(x, tf.data.Dataset):
+        refuse_r_generator_on_main_thread(x, what)
 
 
 def _is_parameter_server(model) -> bool:

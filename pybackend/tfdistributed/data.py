@@ -71,7 +71,8 @@ def _tf_message(error) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
-_READER_OPS = ("TFRecordDataset", "FixedLengthRecordDataset", "TextLineDataset", "ArrayRecordDataset")
+_READER_OPS = ("TFRecordDataset", "FixedLengthRecordDataset", "TextLineDataset", "ArrayRecordDataset",
+               "CSVDataset", "ExperimentalCSVDataset")
 
 
 def _dataset_ops(dataset) -> list[str]:

@@ -117,6 +117,9 @@ def _as_dataset(x, y, sample_weight, *, strategy, batch_size, shard_policy, shuf
 
     _check_dataset_args(x, y, sample_weight, batch_size, what)
     if isinstance(x, tf.data.Dataset):
+        from .generators import refuse_r_generator_on_main_thread
+
+        refuse_r_generator_on_main_thread(x, what)  # it would hang, not fail
         dataset = x if shard_policy is None else with_shard_policy(x, shard_policy)
     else:
         if x is None:

@@ -175,6 +175,16 @@ def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
 
     with pytest.raises(GeneratorError, match="Use dataset_from_generator"):
         generators.refuse_r_generator_on_main_thread(__main__.r_raw_dataset)
+    # ... and it is called by tfdistributed.fit and by Keras' own model.fit (repaired on import),
+    # so neither Python nor R's model$fit() can start training that would never return.
+    started = time.monotonic()
+    gr("""
+      refused_python <- tryCatch(tfd$fit(model, raw, epochs = 1L), error = conditionMessage)
+      refused_keras <- tryCatch(model$fit(raw, epochs = 1L), error = conditionMessage)
+    """)
+    assert time.monotonic() - started < 20
+    assert "Use dataset_from_generator" in gr("refused_python")[0]
+    assert "Use dataset_from_generator" in gr("refused_keras")[0]
     del __main__.r_raw_dataset
 
 
