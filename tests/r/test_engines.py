@@ -95,3 +95,34 @@ def test_tf_config_from_slurm_in_r_tasks(slurm_cluster):
     node = slurm_cluster.node
     assert [line[:3] for line in lines] == [["0", "worker", "0"], ["1", "worker", "1"]]
     assert lines[0][3:] == lines[1][3:] and all(a.startswith(f"{node}:") for a in lines[0][3:])
+
+
+def test_launch_cluster_timeout_cancels_the_slurm_job(r, slurm_cluster, tmp_path):
+    script = tmp_path / "slow.R"
+    script.write_text('cat("started\\n"); Sys.sleep(300)\n')
+    message = r(f"""
+      tryCatch(launch_cluster("{script}", workers = 2, timeout = 4, echo = FALSE,
+                              backend = "slurm"),
+               tfdistributed_error = function(e) conditionMessage(e))
+    """)[0]
+    assert "did not finish within 4 s and was cancelled" in message
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+
+
+def test_a_failing_r_task_on_ray_is_an_r_error_naming_it(ray_cluster, tmp_path):
+    script = tmp_path / "fail.R"
+    script.write_text('cfg <- jsonlite::fromJSON(Sys.getenv("TF_CONFIG"))\n'
+                      'if (cfg$task$index == 1) stop("worker one gives up")\nSys.sleep(300)\n')
+    code = f"""
+      library(tfdistributed)
+      message <- tryCatch(launch_cluster("{script}", workers = 2, timeout = 120, echo = FALSE,
+                                         backend = "ray"),
+                          tfdistributed_error = function(e) conditionMessage(e))
+      cat(message, "\\n")
+    """
+    address = ray_cluster.get_runtime_context().gcs_address
+    done = subprocess.run(["Rscript", "-e", code], env=r_env() | {"RAY_ADDRESS": address},
+                          capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Task worker 1 exited with status 1" in done.stdout
+    assert "worker one gives up" in done.stdout
