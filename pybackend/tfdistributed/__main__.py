@@ -1,4 +1,5 @@
-"""Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief] script [args]``."""
+"""Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief]
+[--backend local|slurm|ray] [--partition P] script [args]``."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfdistributed",
                                      description="Distributed TensorFlow/Keras training tools.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("launch", help="run a .py or .R script as a local cluster on 127.0.0.1")
+    p = sub.add_parser("launch", help="run a .py or .R script as a cluster: local processes on "
+                                      "127.0.0.1, a SLURM job, or Ray actors")
     p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks (needs --chief)")
     p.add_argument("--chief", action="store_true", help="add a chief task")
     p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
+    p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
+                   help="where the tasks run (default: local processes on 127.0.0.1)")
+    p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
     p.add_argument("script", help="the .py or .R training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     sub.add_parser("server", help="serve this process's TF_CONFIG task (worker/ps of a PS cluster)")
@@ -37,9 +42,12 @@ def main(argv=None) -> int:
         return 0
     from .launch import DEFAULT_TIMEOUT, launch
 
+    options = {"partition": ns.partition} if ns.partition else {}
+    if options and ns.backend != "slurm":
+        parser.error("--partition applies to --backend slurm")
     try:
         result = launch(ns.script, workers=ns.workers, ps=ns.ps, chief=ns.chief, args=ns.args,
-                        timeout=ns.timeout or DEFAULT_TIMEOUT)
+                        timeout=ns.timeout or DEFAULT_TIMEOUT, backend=ns.backend, **options)
     except TFDistributedError as e:
         print(f"tfdistributed: {e}", file=sys.stderr)
         return 1

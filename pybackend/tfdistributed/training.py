@@ -198,7 +198,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         validation_data: ``(x_val, y_val[, sample_weight_val])`` arrays or a dataset.
         validation_split: arrays only: hold out the last fraction of the rows, as Keras does
             (before shuffling, batching and sharding).
-        sample_weight, class_weight: as in Keras (arrays).
+        sample_weight, class_weight: as in Keras; with arrays both may be given (the weights
+            multiply), and ``class_weight`` is applied as per-example weights on every strategy.
         shuffle, seed: shuffle arrays every epoch. In a multi-worker job every worker must
             shuffle alike; without a ``seed`` they share one derived from the cluster.
         shard_policy: how a multi-worker job splits a dataset ("data" for arrays); datasets are
@@ -234,6 +235,11 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     batch_size = _check_batch(batch_size, strategy)
     x, y, sample_weight, validation_data = _split_off_validation(
         x, y, sample_weight, validation_split, validation_data)
+    if class_weight is not None and y is not None:
+        # Arrays: per-example weights, the same under every strategy (Keras' own class_weight
+        # cannot be combined with sample_weight, and the parameter-server trainer has none).
+        sample_weight = class_weight_to_sample_weight(y, class_weight, sample_weight)
+        class_weight = None
     seed = _shared_seed(seed, shuffle, strategy)
     callbacks = list(callbacks or [])
     if backup_dir is not None:
@@ -243,10 +249,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         from . import ps
 
         if class_weight is not None:
-            if y is None:
-                raise ArgumentTypeError("fit(): under 'parameter_server', class_weight works with "
-                                        "arrays; weight a dataset's examples in the dataset itself.")
-            sample_weight = class_weight_to_sample_weight(y, class_weight, sample_weight)
+            raise ArgumentTypeError("fit(): under 'parameter_server', class_weight works with "
+                                    "arrays; weight a dataset's examples in the dataset itself.")
         return ps.fit(model, x, y, strategy=strategy, epochs=epochs, batch_size=batch_size,
                       validation_data=validation_data, callbacks=callbacks,
                       steps_per_epoch=steps_per_epoch, shuffle=shuffle, seed=seed,

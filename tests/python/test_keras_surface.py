@@ -52,8 +52,8 @@ def _without_repairs():
     out = {"css_random": conformance.run_cell("random_layers", css, "/tmp"),
            "css_metrics": conformance.run_cell("metrics", css, "/tmp"),
            "default_metrics": conformance.run_cell("metrics", default, "/tmp"),
-           "default_clip": conformance.run_cell("gradient_clipping", default, "/tmp"),
-           "mirrored_clip": conformance.run_cell("gradient_clipping", tfd.make_strategy("mirrored"),
+           "default_clip": conformance.run_cell("schedule_and_clipping", default, "/tmp"),
+           "mirrored_clip": conformance.run_cell("schedule_and_clipping", tfd.make_strategy("mirrored"),
                                                  "/tmp")}
     for cell in out.values():
         cell.pop("weights", None)

@@ -199,5 +199,5 @@ def test_fit_needs_steps_for_a_dataset_function():
 
     with pytest.raises(TrainingError, match="steps_per_epoch"):
         ps.fit(None, dataset_fn, strategy=tf.distribute.get_strategy())
-    with pytest.raises(ArgumentTypeError, match="validation_freq"):
-        ps.fit(None, dataset_fn, strategy=tf.distribute.get_strategy(), validation_freq=2)
+    with pytest.raises(ArgumentTypeError, match="max_queue_size"):
+        ps.fit(None, dataset_fn, strategy=tf.distribute.get_strategy(), max_queue_size=2)

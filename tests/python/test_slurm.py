@@ -190,3 +190,17 @@ def test_backend_arguments_are_checked_before_anything_starts():
         tfd.launch(_task_and_argument, backend="slurm", pin_cpus=True)
     with pytest.raises(tfd.ArgumentTypeError, match=r"\['partition'\].*backend='slurm' or 'ray'"):
         tfd.launch(_task_and_argument, partition="gpu")
+
+
+def test_command_line_launches_on_slurm(slurm_cluster, tmp_path):
+    """`python -m tfdistributed launch --backend slurm`: the same job as launch(), from a shell."""
+    done = slurm_cluster.run(
+        [sys.executable, "-m", "tfdistributed", "launch", "--workers", "2", "--backend", "slurm",
+         "--timeout", "240", str(SCRIPTS / "mwms_digits.py"), str(tmp_path), "--epochs", "1"],
+        timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_identical_weights(tmp_path)
+    assert "all tasks finished" in done.stderr and "worker 1: 0" in done.stderr
+    refused = slurm_cluster.run([sys.executable, "-m", "tfdistributed", "launch", "--partition",
+                                 "debug", str(SCRIPTS / "mwms_digits.py")], check=False)
+    assert refused.returncode == 2 and "--partition applies to --backend slurm" in refused.stderr
