@@ -88,6 +88,44 @@ _TASK_KEYS = ("type", "index")
 _SINGLETON_ROLES = ("chief", "evaluator")
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]/]+):(?P<port>\d+)$")
 
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split a TF_CONFIG address ``"host:port"`` into ``(host, port)``: the one parser of them.
+
+    An IPv6 host is written in brackets (``"[::1]:2222"``) and comes back without them. The
+    port range is not checked here (:func:`validate_cluster` does).
+
+    Args:
+        address: ``"host:port"``; surrounding white space is ignored.
+
+    Returns:
+        ``(host, port)`` with ``port`` an int.
+
+    Raises:
+        ValueError: ``address`` is not a string of the form ``host:port``.
+
+    Example:
+        >>> parse_address("127.0.0.1:2222"), parse_address("[::1]:2222")
+        (('127.0.0.1', 2222), ('::1', 2222))
+    """
+    match = _ADDRESS.match(address.strip()) if isinstance(address, str) else None
+    if not match:
+        raise ValueError(f'{address!r} is not "host:port", e.g. "127.0.0.1:2222" (IPv6: "[::1]:2222").')
+    return match.group("host").strip("[]"), int(match.group("port"))
+
+
+def format_address(host: str, port: int) -> str:
+    """``(host, port)`` as a TF_CONFIG address, brackets around an IPv6 host: the inverse of
+    :func:`parse_address`.
+
+    Example:
+        >>> format_address("10.0.0.1", 2222), format_address("::1", 2222)
+        ('10.0.0.1:2222', '[::1]:2222')
+    """
+    host = str(host)
+    return f"[{host}]:{int(port)}" if ":" in host else f"{host}:{int(port)}"
+
+
 _log = logging.getLogger(__name__)
 _reported: set = set()
 
@@ -128,12 +166,12 @@ def _check_address(address, path) -> str:
     if not isinstance(address, str):
         raise ClusterConfigError(
             f'{_field(path)} = {address!r} must be a "host:port" string, e.g. "10.0.0.1:2222".')
-    match = _ADDRESS.match(address.strip())
-    if not match:
+    try:
+        _, port = parse_address(address)
+    except ValueError:
         raise ClusterConfigError(
             f'{_field(path)} = "{address}" is not "host:port": write the host, a colon and a '
-            f'port number, e.g. "127.0.0.1:2222" (IPv6: "[::1]:2222").')
-    port = int(match.group("port"))
+            f'port number, e.g. "127.0.0.1:2222" (IPv6: "[::1]:2222").') from None
     if not 0 < port < 65536:
         raise ClusterConfigError(f'{_field(path)} = "{address}": port {port} is outside 1-65535.')
     return address.strip()
@@ -519,7 +557,7 @@ def is_checkpoint_writer(config=None) -> bool:
 
 
 def is_loopback(address: str) -> bool:
-    host = _ADDRESS.match(address).group("host").strip("[]")
+    host, _ = parse_address(address)
     if host == "localhost":
         return True
     try:
