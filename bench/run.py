@@ -104,15 +104,20 @@ def run_process(argv, *, timeout, cpus=None, env=None) -> tuple[dict, float]:
 
 
 def run_cluster(args, *, timeout, workers, ps=0, chief=False, pin_cpus, env=None):
-    """Run workloads.py as a local cluster; the BENCH_RESULT of each task that printed one."""
+    """Run workloads.py as a local cluster; the BENCH_RESULT of each task that printed one.
+
+    ``pin_cpus``: task i on core i % ncores with one TensorFlow thread (pinning.py)."""
     from tfdistributed import TFDistributedError, launch
+
+    from pinning import pin_tasks
 
     full_env = base_env()
     full_env.update(env or {})
     started = time.time()
     try:
         result = launch(str(WORKLOADS), workers=workers, ps=ps, chief=chief, args=args,
-                        timeout=timeout, env=full_env, pin_cpus=pin_cpus, echo=False, cwd=ROOT)
+                        timeout=timeout, env=full_env, echo=False, cwd=ROOT,
+                        prepare_task=pin_tasks() if pin_cpus else None)
     except TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None
     found = [r for task in result.tasks for r in parse_results(task.output)]
@@ -169,7 +174,7 @@ def arm_legacy_two_workers(cfg):
 
 
 def arm_k3_one_process(cfg):
-    # Pinned exactly as launch(pin_cpus=True) pins one worker: core 0, one TensorFlow thread.
+    # Pinned exactly as pinning.pin_tasks() pins one worker: core 0, one TensorFlow thread.
     res, started = run_process([sys.executable, WORKLOADS, *cnn_args(cfg)], timeout=cfg.timeout,
                                cpus={0}, env={"TF_NUM_INTRAOP_THREADS": "1",
                                               "TF_NUM_INTEROP_THREADS": "1"})
@@ -196,7 +201,7 @@ def mirrored_arm(devices):
 def ps_arm(legacy):
     def arm(cfg):
         args = ["ps", "--epochs", str(cfg.ps_epochs), "--steps", str(cfg.ps_steps)]
-        # Four processes on two cores: launch() pins task i to core i % 2, one thread per op
+        # Four processes on two cores: pin_tasks() pins task i to core i % 2, one thread per op
         # (it leaves PS servers their inter-op threads, which they need to serve RPCs).
         found, _ = run_cluster(args + (["--legacy"] if legacy else []), timeout=cfg.timeout,
                                workers=2, ps=1, chief=True, pin_cpus=True)
@@ -432,11 +437,11 @@ Method: every run is a fresh process (or local cluster on 127.0.0.1); within eac
 run one after the other and their order flips every round (A B, B A, ...), so the machine's load
 drift hits both; "Ratio" is the median of the per-round ratios A/B. Throughputs are measured inside
 the training processes from the end of epoch 1 to the end of the last epoch (tracing and start-up
-excluded). Multi-worker jobs use `launch(..., pin_cpus=True)`: one core and one TensorFlow
-thread per worker; the single process of 4a/5 is pinned the same way (core 0, one thread), the
+excluded). Multi-worker jobs use `launch(..., prepare_task=pin_tasks())` (bench/pinning.py):
+one core and one TensorFlow thread per worker; the single process of 4a/5 is pinned the same way (core 0, one thread), the
 mirrored process of 4b gets both cores, one thread per op and two inter-op threads. The
 parameter-server jobs (3) are pinned too (task i on core i % 2: 4 processes on 2 cores), with
-one intra-op thread each and 4 inter-op threads (launch() sets that: with the one a pinned
+one intra-op thread each and 4 inter-op threads (pin_tasks() sets that: with the one a pinned
 process gets by default, PS servers cannot serve concurrent RPCs and the job hangs). 2, 4a and 5 come from the same runs. Start-up is the wall clock from just before `launch()` (or `Popen`) to the first
 `on_train_batch_begin` (of the later worker)."""
 

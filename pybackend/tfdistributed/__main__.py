@@ -8,6 +8,19 @@ import sys
 
 
 def main(argv=None) -> int:
+    """The ``python -m tfdistributed`` (and ``tfdistributed``) command.
+
+    Args:
+        argv: the arguments after the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 when every task succeeded, 1 when the job failed (the reason is
+        printed to stderr); argparse exits with 2 on a usage error.
+
+    Example:
+        >>> main(["launch", "--workers", "2", "train.py", "--epochs", "3"])   # doctest: +SKIP
+        0
+    """
     parser = argparse.ArgumentParser(prog="python -m tfdistributed",
                                      description="Distributed TensorFlow/Keras training tools.")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -13,6 +13,18 @@ function (pickled with cloudpickle and run in a fresh interpreter: spawned, neve
 With ``ps > 0`` (parameter-server training), ``worker`` and ``ps`` tasks run
 ``tensorflow.distribute.Server`` (:func:`run_server`) and the target runs as the ``chief``
 (the coordinator); the job is done when the chief exits, and the servers are then stopped.
+
+How it is built: :func:`launch` is a pipeline of three parts.
+
+- the *plan* (:func:`plan_launch`): arguments checked, the cluster, its ports checked, and each
+  task's argv, environment and TF_CONFIG built once, as a :class:`TaskPlan`;
+- the *supervisor* (:class:`_Supervisor`): spawns the tasks, streams their output, polls them,
+  applies the policy for vital and non-vital tasks, and tears every process down on a failure,
+  the timeout or an interrupt;
+- the *diagnosis* (:func:`_failure_message`, :func:`_timeout_message`): which task failed and
+  how, or which tasks never joined the cluster.
+
+The SLURM and Ray engines (``backend=``) reuse the target handling, results and output relay.
 """
 
 from __future__ import annotations
@@ -21,57 +33,25 @@ import json
 import os
 import pickle
 import queue
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
+
+import portpicker
 
 from ._args import as_int
-from .cluster import ROLES, check_loopback, local_cluster, tf_config
+from ._output import Relay, error_summary, how_it_ended
+from .cluster import ROLES, check_loopback, local_cluster, parse_address, tf_config
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      did_you_mean)
 
 DEFAULT_TIMEOUT = 900.0
-# TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
-# TF_CPP_MIN_LOG_LEVEL cannot silence them), and its complaint that a machine without a GPU has
-# no CUDA driver: kept in each task's output, not streamed nor quoted in errors.
-_NOISE = re.compile(r"^(I\d{4} [\d:.]+\s+\d+ \S+:\d+\] |WARNING: All log messages "
-                    r"before absl::InitializeLog\(\) is called|E\d{4} [\d:.]+\s+\d+ "
-                    r"cuda_platform\.cc:\d+\] failed call to cuInit)")
-_TAIL = 40
-# Terminal control sequences (colours, cursor moves) of progress bars, useless in a log.
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_LINE_LIMIT = 400
-# The line that names a Python exception, or R's error line.
-_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?|Error( in .*)?:.*)$")
-
-
-def _clean_line(raw: str) -> str:
-    """One printed line as a log line: a progress bar redrawn with carriage returns becomes
-    its last state, colour codes are dropped, and very long lines (array dumps) are cut."""
-    line = _ANSI.sub("", raw)
-    if "\r" in line:
-        line = next((part for part in reversed(line.split("\r")) if part.strip()), "")
-    if len(line) > _LINE_LIMIT:
-        line = line[:_LINE_LIMIT] + f" ... [{len(line) - _LINE_LIMIT} more characters]"
-    return line
-
-
-def _error_summary(lines) -> str:
-    """The last output of a failed task for an error message: its exception line first (it can
-    be followed by pages of other output), then the tail."""
-    kept = [ln for ln in lines if not _NOISE.match(ln)]
-    errors = [ln for ln in kept if _ERROR_LINE.match(ln.strip())]
-    tail = "\n".join(kept[-_TAIL:])
-    if errors:
-        return f"Its error: {errors[-1].strip()}\nIts last output:\n{tail}"
-    return f"Its last output:\n{tail}"
 
 
 @dataclass
@@ -110,21 +90,54 @@ class LaunchResult:
         raise KeyError(f"no task {task_type} {task_index}")
 
 
-class _Task:
-    def __init__(self, task_type, task_index, argv, env, server, result_path=None):
-        self.task_type = task_type
-        self.task_index = task_index
-        self.argv = argv
-        self.env = env
-        self.server = server
-        self.result_path = result_path
-        self.proc: subprocess.Popen | None = None
-        self.lines: list[str] = []
-        self.reader: threading.Thread | None = None
+# --- the plan ------------------------------------------------------------------------------------
+
+@dataclass
+class TaskPlan:
+    """One task of a local cluster as it will be started; what ``prepare_task`` receives.
+
+    Attributes:
+        task_type, task_index: the task's role and index in the cluster.
+        address: its ``"host:port"`` in the cluster.
+        position: its place among the started tasks (0, 1, ...), in start order.
+        argv: the command it runs.
+        env: its whole environment, ``TF_CONFIG`` included.
+        server: True for the ``worker``/``ps`` servers of a parameter-server cluster.
+        parameter_server: True when the cluster has ``ps`` tasks.
+        result_path: where a function target's return value comes back (else None).
+        preexec_fn: called in the child process just before it runs ``argv`` (e.g. to pin it to
+            a CPU), as :class:`subprocess.Popen`'s ``preexec_fn``.
+    """
+
+    task_type: str
+    task_index: int
+    address: str
+    position: int
+    argv: list
+    env: dict
+    server: bool = False
+    parameter_server: bool = False
+    result_path: str | None = None
+    preexec_fn: Callable | None = None
 
     @property
-    def name(self):
+    def name(self) -> str:
         return f"{self.task_type} {self.task_index}"
+
+
+@dataclass
+class LaunchPlan:
+    """Everything :func:`launch` starts: the cluster, the tasks started here, and the others."""
+
+    cluster: dict
+    tasks: list
+    elsewhere: list
+    workdir: str
+    cwd: str | None = None
+
+    @property
+    def parameter_server(self) -> bool:
+        return bool(self.cluster.get("ps"))
 
 
 def _target_argv(target, args, python, rscript, workdir):
@@ -152,19 +165,217 @@ def _target_argv(target, args, python, rscript, workdir):
                       f"scripts with Rscript, or a Python function.")
 
 
-def _port_in_use(address: str) -> bool:
-    host, port = address.rsplit(":", 1)
-    host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host if host != "localhost" else "127.0.0.1", int(port)))
-        except OSError:
-            return True
-    return False
+def _check_timeout(timeout) -> float:
+    try:
+        timeout = float(timeout)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"`timeout` must be a number of seconds, got {timeout!r}.") from None
+    if not timeout > 0:
+        raise ArgumentTypeError(f"`timeout` must be a positive number of seconds, got {timeout}.")
+    return timeout
+
+
+def _chosen_tasks(cluster: dict, tasks) -> list:
+    """``(role, index)`` of the tasks to start here: all of the cluster's, or ``tasks``."""
+    wanted = [(role, i) for role in ROLES for i in range(len(cluster.get(role, [])))]
+    if tasks is None:
+        return wanted
+    tasks = [(str(t), int(i)) for t, i in tasks]
+    unknown = [t for t in tasks if t not in wanted]
+    if unknown:
+        raise ClusterConfigError(f"tasks {unknown} are not in the cluster {cluster}.")
+    return [t for t in wanted if t in tasks]
+
+
+def _check_ports(cluster: dict, wanted: list) -> None:
+    for role, i in wanted:
+        address = cluster[role][i]
+        if not portpicker.is_port_free(parse_address(address)[1]):
+            raise LaunchError(f"Port of {role} {i} ({address}) is already in use on this machine. "
+                              f"Let launch() pick free ports (don't pass `cluster`), or stop the "
+                              f"process holding it.")
+
+
+def _base_env(env, python: str, is_function: bool) -> dict:
+    """The environment every task shares (TF_CONFIG aside)."""
+    base = dict(os.environ)
+    base.update({str(k): str(v) for k, v in (env or {}).items()})
+    base["PYTHONUNBUFFERED"] = "1"
+    # fit(verbose="auto") prints one line per epoch instead of a redrawn progress bar.
+    base["TFDISTRIBUTED_LAUNCHED"] = "1"
+    # R targets use reticulate: make it attach to this very Python, with the backend importable.
+    base.setdefault("RETICULATE_PYTHON", python)
+    if is_function:
+        # cloudpickle sends functions of importable modules by reference: the child must be able
+        # to import them from where this process does.
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        base["PYTHONPATH"] = os.pathsep.join(
+            paths + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return base
+
+
+def plan_launch(target, cluster, tasks=None, *, env=None, args=(), python=None,
+                rscript="Rscript", cwd=None, prepare_task=None) -> LaunchPlan:
+    """Each task's argv, environment and TF_CONFIG, for :func:`launch` to start.
+
+    ``cluster`` is checked (loopback addresses only, the ports of the tasks to start free);
+    the plan's ``workdir`` holds a function target's call and results and is the caller's to
+    remove.
+    """
+    cluster = check_loopback(cluster)
+    wanted = _chosen_tasks(cluster, tasks)
+    _check_ports(cluster, wanted)
+    python = python or sys.executable
+    workdir = tempfile.mkdtemp(prefix="tfdistributed-launch-")
+    try:
+        argv, is_function = _target_argv(target, args, python, rscript, workdir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    base = _base_env(env, python, is_function)
+    ps_mode = bool(cluster.get("ps"))
+    planned = []
+    for n, (role, i) in enumerate(wanted):
+        server = ps_mode and role in ("worker", "ps")
+        task = TaskPlan(role, i, cluster[role][i], n, [python, "-m", "tfdistributed", "server"],
+                        dict(base, TF_CONFIG=json.dumps(tf_config(cluster, role, i))),
+                        server, ps_mode)
+        if not server:
+            task.argv = list(argv)
+            if is_function:
+                task.result_path = os.path.join(workdir, f"{role}-{i}.result.pkl")
+                task.argv.append(task.result_path)
+        if prepare_task is not None:
+            prepare_task(task)
+        planned.append(task)
+    elsewhere = [(r, i) for r in cluster for i in range(len(cluster[r])) if (r, i) not in wanted]
+    return LaunchPlan(cluster, planned, elsewhere, workdir, cwd)
+
+
+# --- the supervisor ------------------------------------------------------------------------------
+
+class _Process:
+    """A started task: its plan, process, output so far and output reader."""
+
+    def __init__(self, plan: TaskPlan):
+        self.plan = plan
+        self.name = plan.name
+        self.server = plan.server
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+        self.reader: threading.Thread | None = None
+
+    def poll(self):
+        return self.proc.poll()
+
+
+class _Supervisor:
+    """Starts a plan's tasks, streams their output, polls them, and stops them all at the end.
+
+    Policy: the job is done when every task running the target exits 0. A vital task that
+    fails (or a server that exits at all) fails the job. In parameter-server training the
+    workers are not vital: the coordinator re-runs a lost worker's steps on the others. On any
+    exception (failure, timeout, interrupt) every process is stopped.
+    """
+
+    def __init__(self, plan: LaunchPlan, relay: Relay, grace: float):
+        self.plan = plan
+        self.relay = relay
+        self.grace = grace
+        self.tasks = [_Process(t) for t in plan.tasks]
+        self.lines: queue.Queue = queue.Queue()
+        self.t0 = time.monotonic()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if kind is not None:
+            _kill_tree([t.proc for t in self.tasks if t.proc is not None and t.poll() is None],
+                       self.grace)
+        return False
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        for task in self.tasks:
+            task.proc = subprocess.Popen(
+                task.plan.argv, env=task.plan.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=task.plan.preexec_fn)
+            task.reader = threading.Thread(target=self._read, args=(task,), daemon=True)
+            task.reader.start()
+
+    def _read(self, task: _Process) -> None:
+        for raw in iter(task.proc.stdout.readline, b""):
+            shown = self.relay.keep(task.name, raw.decode(errors="replace").rstrip("\n"), task.lines)
+            if shown is not None:
+                self.lines.put(shown)
+        task.proc.stdout.close()
+
+    def drain(self) -> None:
+        """Pass on the lines read so far, on the calling thread."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            self.relay.send(line)
+
+    def wait(self, timeout: float) -> list:
+        """Supervise until the job is done; its results, or raise (every task then stopped)."""
+        primaries = [t for t in self.tasks if not t.server]
+        vital = [t for t in self.tasks if not (self.plan.parameter_server
+                                               and t.plan.task_type == "worker")]
+        lost: list[_Process] = []
+        while True:
+            self.drain()
+            for t in self.tasks:
+                if t not in vital and t.poll() is not None and t not in lost:
+                    lost.append(t)
+                    self.lines.put(f"[launch] {t.name} exited ({t.proc.returncode}); the chief "
+                                   f"continues with the other workers")
+            failed = [t for t in vital if t.poll() not in (None, 0)]
+            # A server exiting, even with 0, means the cluster lost a task.
+            failed += [t for t in vital if t.server and t.poll() == 0]
+            if failed:
+                time.sleep(0.2)
+                self.stop(self.tasks)
+                raise LaunchError(_failure_message(failed[0]), self.results())
+            if primaries and all(t.poll() == 0 for t in primaries):
+                break
+            if time.monotonic() - self.t0 > timeout:
+                self._time_out(timeout)
+            time.sleep(0.05)
+        self.stop([t for t in self.tasks if t.server])
+        return self.results()
+
+    def _time_out(self, timeout: float):
+        running = [t for t in self.tasks if t.poll() is None]
+        listening = _listening_ports([t.proc.pid for t in running])
+        self.stop(self.tasks)
+        message = _timeout_message(self.plan, timeout, listening, [t.name for t in running])
+        raise LaunchTimeoutError(message, self.results())
+
+    def stop(self, tasks) -> None:
+        """Stop ``tasks`` and pass on everything the tasks printed."""
+        _kill_tree([t.proc for t in tasks], self.grace)
+        for t in self.tasks:
+            if t.reader is not None:
+                t.reader.join(timeout=self.grace)
+        self.drain()
+
+    def results(self) -> list:
+        return [TaskResult(t.plan.task_type, t.plan.task_index,
+                           t.proc.returncode if t.proc else None, list(t.lines), None, t.server)
+                for t in self.tasks]
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.t0
 
 
 def _listening_ports(pids) -> set[int]:
+    """TCP ports on which the processes ``pids`` or their descendants listen."""
     import psutil
 
     ports = set()
@@ -184,6 +395,14 @@ def _listening_ports(pids) -> set[int]:
     return ports
 
 
+def _signal_groups(procs, sig) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kill_tree(procs, grace: float) -> None:
     """SIGTERM every task's process group and descendants, then SIGKILL what is left.
 
@@ -199,11 +418,7 @@ def _kill_tree(procs, grace: float) -> None:
             descendants += psutil.Process(proc.pid).children(recursive=True)
         except psutil.Error:
             pass
-    for proc in procs:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
+    _signal_groups(procs, signal.SIGTERM)
     for d in descendants:
         try:
             d.terminate()
@@ -216,13 +431,10 @@ def _kill_tree(procs, grace: float) -> None:
         except subprocess.TimeoutExpired:
             pass
     _, alive = psutil.wait_procs(descendants, timeout=max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.kill()
+    left = [proc for proc in procs if proc.poll() is None]
+    _signal_groups(left, signal.SIGKILL)
+    for proc in left:
+        proc.kill()
     for d in alive:
         try:
             d.kill()
@@ -236,20 +448,58 @@ def _kill_tree(procs, grace: float) -> None:
             pass
 
 
-def _pin(core):
-    return lambda: os.sched_setaffinity(0, {core})
+# --- the diagnosis -------------------------------------------------------------------------------
 
+def _failure_message(task: _Process) -> str:
+    """Which task failed, how, and what it said last."""
+    return (f"Task {task.name} {how_it_ended(task.proc.returncode)}; every other task was "
+            f"stopped. {error_summary(task.lines)}")
+
+
+def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: list) -> str:
+    """Why the job did not finish: the tasks that never joined the cluster (no server on their
+    address: never started here, or started and not listening), and those still running."""
+    not_joined = [f"{t.name} ({t.address})" for t in plan.tasks
+                  if parse_address(t.address)[1] not in listening]
+    never_started = [f"{r} {i} ({plan.cluster[r][i]})" for r, i in plan.elsewhere]
+    missing = never_started + not_joined
+    msg = f"The job did not finish within {timeout:g} s; every task was stopped."
+    if missing:
+        msg += (f" Tasks that never joined the cluster (no server on their address): "
+                f"{', '.join(missing)}. The others wait for every task in TF_CONFIG: "
+                f"start the missing task(s), or check their host:port.")
+    return msg + f" Still running at the timeout: {', '.join(running) or 'none'}."
+
+
+def _read_values(plan: LaunchPlan, results: list) -> None:
+    """A function target's return values, from the files its tasks wrote."""
+    for res, task in zip(results, plan.tasks):
+        if task.result_path and os.path.exists(task.result_path):
+            with open(task.result_path, "rb") as f:
+                res.value = pickle.load(f)
+
+
+# --- launch() ------------------------------------------------------------------------------------
 
 def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env=None, args=(),
            cluster=None, tasks=None, on_output=None, echo=True, python=None, rscript="Rscript",
-           cwd=None, pin_cpus=False, grace=5.0, show_all=False, backend="local", **backend_options):
-    """Run ``target`` as a local cluster; returns a :class:`LaunchResult` or raises.
+           cwd=None, prepare_task=None, grace=5.0, show_all=False, backend="local",
+           **backend_options):
+    """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
+
+    Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
+    calls ``make_strategy("auto")`` trains as one multi-worker (or parameter-server) job. Every
+    line a task prints is streamed as ``[worker 1] ...``. On the first failed task, at the
+    timeout, or on an interrupt, every process is stopped (nothing is left running).
 
     Args:
-        target: ``.py`` script, ``.R`` script, or a Python function (called with ``*args``).
-        workers, ps, chief: task counts (ignored when ``cluster`` is given).
-        timeout: seconds for the whole job; then every process is stopped and
-            :class:`LaunchTimeoutError` names the tasks that never joined or never finished.
+        target: a ``.py`` script (run with ``python``), an ``.R`` script (run with ``rscript``),
+            or a Python function (called with ``*args`` in a fresh interpreter per task).
+        workers: number of ``worker`` tasks (ignored when ``cluster`` is given).
+        ps: number of parameter-server tasks; needs ``chief=True``. The workers and ps tasks
+            then run TensorFlow servers and the target runs as the chief (the coordinator).
+        chief: add a ``chief`` task.
+        timeout: seconds for the whole job; then every process is stopped.
         env: extra environment variables for every task.
         args: command-line arguments for a script, positional arguments for a function.
         cluster: an explicit cluster dict (loopback addresses only); default
@@ -257,190 +507,66 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         tasks: start only these ``(task_type, task_index)`` pairs of the cluster (the others are
             expected to be started elsewhere, e.g. by hand with their TF_CONFIG).
         on_output: called with each ``"[worker 0] line"`` from the calling thread (the R
-            package passes an R function here); ``echo`` also prints it to stdout.
-        pin_cpus: pin task i to core ``i % ncores`` with one TensorFlow thread each (benchmarks).
+            package passes an R function here).
+        echo: also print each such line to stdout.
+        python, rscript: the interpreters that run the tasks (default: this Python, ``Rscript``).
+        cwd: the tasks' working directory (default: this process's).
+        prepare_task: called with each task's :class:`TaskPlan` before any task starts, in start
+            order; it may change the plan's ``env`` and ``argv`` and set its ``preexec_fn``
+            (e.g. to pin each task to a CPU, as ``bench/pinning.py`` does).
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
-        show_all: also stream TensorFlow's C++ start-up INFO lines (always kept in ``output``).
+        show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
             :func:`tfdistributed.slurm.launch_slurm`) or ``"ray"`` (Ray actors:
-            :func:`tfdistributed.ray_backend.launch_ray`); ``backend_options`` go to those.
+            :func:`tfdistributed.ray_backend.launch_ray`).
+        **backend_options: options of the ``"slurm"`` or ``"ray"`` backend.
+
+    Returns:
+        A :class:`LaunchResult`: ``tasks`` holds each task's :class:`TaskResult` (exit code,
+        output lines, return value), ``values`` the return values of a function target,
+        ``cluster`` the cluster that ran and ``seconds`` the wall time.
 
     Raises:
-        LaunchError: a task exited non-zero (``.results`` has every task's outcome).
-        LaunchTimeoutError: the job did not finish within ``timeout``.
+        LaunchError: a task exited non-zero, or the target or a port cannot be used;
+            ``.results`` has every task's outcome.
+        LaunchTimeoutError: the job did not finish within ``timeout``; the message names the
+            tasks that never joined the cluster and those still running.
+        ClusterConfigError: ``cluster`` or ``tasks`` is invalid, or not on 127.0.0.1.
+        ArgumentTypeError: a wrong argument, or an option of another backend.
+
+    Example:
+        >>> def rank():
+        ...     import json, os
+        ...     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        >>> launch(rank, workers=2, echo=False).values   # doctest: +SKIP
+        [0, 1]
     """
     if backend != "local":
         return _launch_elsewhere(backend, target, workers, ps, chief, backend_options, timeout=timeout,
                                  env=env, args=args, on_output=on_output, echo=echo, python=python,
                                  rscript=rscript, cwd=cwd, show_all=show_all,
-                                 local_only=dict(cluster=cluster, tasks=tasks, pin_cpus=pin_cpus))
+                                 local_only=dict(cluster=cluster, tasks=tasks,
+                                                 prepare_task=prepare_task))
     if backend_options:
         raise ArgumentTypeError(f"Unknown argument(s) {sorted(backend_options)} for launch() on the "
                                 f"local backend; they are options of backend='slurm' or 'ray'.")
     import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
-    try:
-        timeout = float(timeout)
-    except (TypeError, ValueError):
-        raise ArgumentTypeError(f"`timeout` must be a number of seconds, got {timeout!r}.") from None
-    if not timeout > 0:
-        raise ArgumentTypeError(f"`timeout` must be a positive number of seconds, got {timeout}.")
+    timeout = _check_timeout(timeout)
     if cluster is None:
         cluster = local_cluster(as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
                                 bool(chief))
-    cluster = check_loopback(cluster)
-    ps_mode = bool(cluster.get("ps"))
-    wanted = [(role, i) for role in ROLES for i in range(len(cluster.get(role, [])))]
-    if tasks is not None:
-        tasks = [(str(t), int(i)) for t, i in tasks]
-        unknown = [t for t in tasks if t not in wanted]
-        if unknown:
-            raise ClusterConfigError(f"tasks {unknown} are not in the cluster {cluster}.")
-        wanted = [t for t in wanted if t in tasks]
-    for role, i in wanted:
-        address = cluster[role][i]
-        if _port_in_use(address):
-            raise LaunchError(f"Port of {role} {i} ({address}) is already in use on this machine. "
-                              f"Let launch() pick free ports (don't pass `cluster`), or stop the "
-                              f"process holding it.")
-    python = python or sys.executable
-    workdir = tempfile.mkdtemp(prefix="tfdistributed-launch-")
-    argv, is_function = _target_argv(target, args, python, rscript, workdir)
-    base_env = dict(os.environ)
-    base_env.update({str(k): str(v) for k, v in (env or {}).items()})
-    base_env["PYTHONUNBUFFERED"] = "1"
-    # fit(verbose="auto") prints one line per epoch instead of a redrawn progress bar.
-    base_env["TFDISTRIBUTED_LAUNCHED"] = "1"
-    # R targets use reticulate: make it attach to this very Python, with the backend importable.
-    base_env.setdefault("RETICULATE_PYTHON", python)
-    if is_function:
-        # cloudpickle sends functions of importable modules by reference: the child must be able
-        # to import them from where this process does.
-        paths = [p for p in sys.path if p and os.path.isdir(p)]
-        base_env["PYTHONPATH"] = os.pathsep.join(
-            paths + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    if pin_cpus:
-        base_env["TF_NUM_INTRAOP_THREADS"] = "1"
-        # A parameter-server cluster serves concurrent RPCs with blocking inter-op work: with a
-        # single inter-op thread its servers stall and the job hangs. TensorFlow sizes that pool
-        # by the cores a process may use, i.e. 1 once pinned, so PS tasks get an explicit 4.
-        base_env["TF_NUM_INTEROP_THREADS"] = "4" if ps_mode else "1"
-    ncores = os.cpu_count() or 1
-
-    started: list[_Task] = []
-    lines: queue.Queue = queue.Queue()
-    for role, i in wanted:
-        server = ps_mode and role in ("worker", "ps")
-        task_env = dict(base_env)
-        task_env["TF_CONFIG"] = json.dumps(tf_config(cluster, role, i))
-        result_path = None
-        if server:
-            task_argv = [python, "-m", "tfdistributed", "server"]
-        else:
-            task_argv = list(argv)
-            if is_function:
-                result_path = os.path.join(workdir, f"{role}-{i}.result.pkl")
-                task_argv.append(result_path)
-        started.append(_Task(role, i, task_argv, task_env, server, result_path))
-
-    def reader(task: _Task):
-        for raw in iter(task.proc.stdout.readline, b""):
-            line = _clean_line(raw.decode(errors="replace").rstrip("\n"))
-            task.lines.append(line)
-            if show_all or not _NOISE.match(line):
-                lines.put(f"[{task.name}] {line}")
-        task.proc.stdout.close()
-
-    def drain():
-        while True:
-            try:
-                line = lines.get_nowait()
-            except queue.Empty:
-                return
-            if echo:
-                print(line, flush=True)
-            if on_output is not None:
-                on_output(line)
-
-    def stop(tasks):
-        """Stop ``tasks`` and pass on everything they printed."""
-        _kill_tree([t.proc for t in tasks], grace)
-        for t in started:
-            t.reader.join(timeout=grace)
-        drain()
-
-    def results():
-        out = []
-        for t in started:
-            code = t.proc.returncode if t.proc else None
-            out.append(TaskResult(t.task_type, t.task_index, code, list(t.lines), None, t.server))
-        return out
-
-    t0 = time.monotonic()
+    plan = plan_launch(target, cluster, tasks, env=env, args=args, python=python, rscript=rscript,
+                       cwd=cwd, prepare_task=prepare_task)
     try:
-        for n, task in enumerate(started):
-            task.proc = subprocess.Popen(
-                task.argv, env=task.env, cwd=cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_pin(n % ncores) if pin_cpus else None)
-            task.reader = threading.Thread(target=reader, args=(task,), daemon=True)
-            task.reader.start()
-        primaries = [t for t in started if not t.server]
-        # In parameter-server training the coordinator re-runs a lost worker's steps on the
-        # other workers, so only the chief and the ps tasks are vital.
-        vital = [t for t in started if not (ps_mode and t.task_type == "worker")]
-        lost: list[_Task] = []
-        while True:
-            drain()
-            for t in started:
-                if t not in vital and t.proc.poll() is not None and t not in lost:
-                    lost.append(t)
-                    lines.put(f"[launch] {t.name} exited ({t.proc.returncode}); the chief "
-                              f"continues with the other workers")
-            failed = [t for t in vital if t.proc.poll() not in (None, 0)]
-            # A server exiting, even with 0, means the cluster lost a task.
-            failed += [t for t in vital if t.server and t.proc.poll() == 0]
-            if failed:
-                task = failed[0]
-                time.sleep(0.2)
-                stop(started)
-                code = task.proc.returncode
-                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                raise LaunchError(f"Task {task.name} {how}; every other task was stopped. "
-                                  f"{_error_summary(task.lines)}", results())
-            if primaries and all(t.proc.poll() == 0 for t in primaries):
-                break
-            elapsed = time.monotonic() - t0
-            if elapsed > timeout:
-                listening = _listening_ports([t.proc.pid for t in started if t.proc.poll() is None])
-                not_joined = [t.name + f" ({cluster[t.task_type][t.task_index]})" for t in started
-                              if int(cluster[t.task_type][t.task_index].rsplit(":", 1)[1]) not in listening]
-                never_started = [f"{r} {i} ({cluster[r][i]})" for r in cluster
-                                 for i in range(len(cluster[r])) if (r, i) not in wanted]
-                running = [t.name for t in started if t.proc.poll() is None]
-                stop(started)
-                missing = never_started + not_joined
-                msg = f"The job did not finish within {timeout:g} s; every task was stopped."
-                if missing:
-                    msg += (f" Tasks that never joined the cluster (no server on their address): "
-                            f"{', '.join(missing)}. The others wait for every task in TF_CONFIG: "
-                            f"start the missing task(s), or check their host:port.")
-                msg += f" Still running at the timeout: {', '.join(running) or 'none'}."
-                raise LaunchTimeoutError(msg, results())
-            time.sleep(0.05)
-        stop([t for t in started if t.server])
-        out = results()
-        if is_function:
-            for res, task in zip(out, started):
-                if task.result_path and os.path.exists(task.result_path):
-                    with open(task.result_path, "rb") as f:
-                        res.value = pickle.load(f)
-    except BaseException:
-        _kill_tree([t.proc for t in started if t.proc is not None and t.proc.poll() is None], grace)
-        raise
+        with _Supervisor(plan, Relay(echo=echo, on_output=on_output, show_all=show_all),
+                         grace) as supervisor:
+            supervisor.start()
+            results = supervisor.wait(timeout)
+            _read_values(plan, results)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)
+        shutil.rmtree(plan.workdir, ignore_errors=True)
+    return LaunchResult(cluster=plan.cluster, tasks=results, seconds=supervisor.seconds)
 
 
 def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, **common):
@@ -460,7 +586,23 @@ def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, 
 
 
 def run_server(config=None) -> None:
-    """Serve this process's task of TF_CONFIG forever (a ``worker``/``ps`` of a PS cluster)."""
+    """Serve this process's task of TF_CONFIG forever (a ``worker``/``ps`` of a PS cluster).
+
+    :func:`launch` runs it (``python -m tfdistributed server``) for the servers of a
+    parameter-server cluster; run it yourself for servers you start by hand.
+
+    Args:
+        config: a TF_CONFIG (dict or JSON string); default the ``TF_CONFIG`` environment
+            variable.
+
+    Raises:
+        ClusterConfigError: no TF_CONFIG, or one without a ``"task"``.
+
+    Example:
+        >>> cluster = local_cluster(workers=1, ps=1, chief=True)
+        >>> set_tf_config(cluster=cluster, task_type="ps", task_index=0)   # doctest: +SKIP
+        >>> run_server()                  # serves until stopped           # doctest: +SKIP
+    """
     import tensorflow as tf
 
     from .cluster import read_tf_config

@@ -30,6 +30,7 @@ import sys
 import time
 
 from ._args import as_int
+from ._output import Relay, error_summary, how_it_ended
 from .errors import LaunchError, LaunchTimeoutError
 
 _RAY_MISSING = ("launch(..., backend='ray') needs Ray: pip install 'tfdistributed[ray]' (or "
@@ -135,6 +136,21 @@ def start_local_ray(num_cpus: int = 2, **init_options):
     system's libpython in every process Ray starts, and Ray's dashboard and workers die on
     import (``undefined symbol: _PyModule_Add``). Ray's processes get this interpreter's library
     directory first.
+
+    Args:
+        num_cpus: CPUs the local Ray offers (one per task of a job).
+        **init_options: more ``ray.init`` options (``include_dashboard`` and ``log_to_driver``
+            default to False).
+
+    Returns:
+        What ``ray.init`` returns.
+
+    Raises:
+        LaunchError: Ray is not installed.
+
+    Example:
+        >>> start_local_ray(num_cpus=4)                       # doctest: +SKIP
+        >>> launch("train.py", workers=4, backend="ray")      # doctest: +SKIP
     """
     import sysconfig
 
@@ -181,9 +197,22 @@ def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
         timeout, env, args, on_output, echo, rscript, cwd, show_all, grace: as :func:`launch`.
             Script paths (and ``cwd``) must exist on every node (shared storage).
 
+    Returns:
+        A :class:`~tfdistributed.launch.LaunchResult`, as :func:`launch`'s: each task's exit
+        code and output, a function target's return values, and the cluster (127.0.0.1 when
+        every actor is on this machine, else the nodes' addresses).
+
     Raises:
-        LaunchError: a task failed or its actor died (named), on the last attempt.
+        LaunchError: a task failed or its actor died (named), on the last attempt; or Ray is
+            not installed.
         LaunchTimeoutError: the job did not finish (or Ray could not place its tasks) in time.
+
+    Example:
+        >>> def rank():
+        ...     import json, os
+        ...     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        >>> launch_ray(rank, workers=2, echo=False).values   # doctest: +SKIP
+        [0, 1]
     """
     ray = _import_ray()
     max_failures = as_int(max_failures, "max_failures", minimum=0)
@@ -220,9 +249,8 @@ def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo
 
     import cloudpickle
 
-    from .cluster import ROLES, tf_config
-    from .launch import (_NOISE, LaunchResult, TaskResult, _clean_line, _error_summary,
-                         _target_argv)
+    from .cluster import ROLES, format_address, tf_config
+    from .launch import LaunchResult, TaskResult, _target_argv
 
     ps = as_int(ps, "ps", minimum=0)
     workers = as_int(workers, "workers", minimum=1)
@@ -253,15 +281,7 @@ def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo
     lines = [[] for _ in roles]
     codes: list = [None] * len(roles)
 
-    def emit(i, new):
-        for raw in new:
-            line = _clean_line(raw)
-            lines[i].append(line)
-            if show_all or not _NOISE.match(line):
-                if echo:
-                    print(f"[{names[i]}] {line}", flush=True)
-                if on_output is not None:
-                    on_output(f"[{names[i]}] {line}")
+    relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
 
     def results():
         return [TaskResult(r, i, c, list(out), None, bool(ps) and r != "chief")
@@ -300,7 +320,7 @@ def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo
         local = all(node == here for _, _, node in placed)
         cluster: dict = {}
         for (role, _), (ip, port, _) in zip(roles, placed):
-            cluster.setdefault(role, []).append(f"{'127.0.0.1' if local else ip}:{port}")
+            cluster.setdefault(role, []).append(format_address("127.0.0.1" if local else ip, port))
         base = {str(k): str(v) for k, v in (env or {}).items()}
         base.update(PYTHONUNBUFFERED="1", TFDISTRIBUTED_LAUNCHED="1")
         if call_bytes is not None:
@@ -326,17 +346,15 @@ def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo
                     raise LaunchError(
                         f"Task {names[n]} was lost: its Ray actor died ({type(e).__name__}: "
                         f"{str(e).splitlines()[0] if str(e) else 'no reason given'}); every other "
-                        f"task was stopped. {_error_summary(lines[n])}", results()) from None
-                emit(n, new)
+                        f"task was stopped. {error_summary(lines[n])}", results()) from None
+                relay.emit(names[n], new, lines[n])
             failed = [n for n, c in enumerate(codes) if c not in (None, 0)]
             failed += [n for n, c in enumerate(codes) if c == 0 and n not in primaries]
             if failed:
                 n = failed[0]
                 stop_all()
-                code = codes[n]
-                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                raise LaunchError(f"Task {names[n]} {how}; every other task was stopped. "
-                                  f"{_error_summary(lines[n])}", results())
+                raise LaunchError(f"Task {names[n]} {how_it_ended(codes[n])}; every other task was "
+                                  f"stopped. {error_summary(lines[n])}", results())
             if all(codes[n] == 0 for n in primaries):
                 break
             if time.monotonic() - t0 > timeout:

@@ -59,7 +59,8 @@ import tempfile
 import time
 
 from ._args import as_int
-from .cluster import tf_config
+from ._output import Relay, error_summary, how_it_ended
+from .cluster import format_address, tf_config
 from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 
 DEFAULT_PORT_BASE = 15000
@@ -80,7 +81,24 @@ def _env_int(env, name, default=None):
 
 
 def slurm_tasks(env=None) -> int:
-    """How many tasks this SLURM job step has (0 outside a job step)."""
+    """How many tasks this SLURM job step has.
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+
+    Returns:
+        ``SLURM_STEP_NUM_TASKS`` (else ``SLURM_NTASKS``, else 1) inside a job step (a process
+        started by ``srun``), 0 outside one.
+
+    Raises:
+        ClusterConfigError: a SLURM variable that is not a whole number.
+
+    Example:
+        >>> slurm_tasks({"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4"})
+        4
+        >>> slurm_tasks({})
+        0
+    """
     env = os.environ if env is None else env
     if "SLURM_PROCID" not in env or "SLURM_STEP_ID" not in env and "SLURM_STEPID" not in env:
         return 0
@@ -88,7 +106,22 @@ def slurm_tasks(env=None) -> int:
 
 
 def expand_hostnames(nodelist: str) -> list:
-    """``"node[01-03],gpu7"`` -> ``["node01", "node02", "node03", "gpu7"]`` (``scontrol``)."""
+    """A SLURM node list expanded into host names, with ``scontrol show hostnames``.
+
+    Args:
+        nodelist: SLURM's compressed node list, e.g. ``"node[01-03],gpu7"``.
+
+    Returns:
+        The host names, e.g. ``["node01", "node02", "node03", "gpu7"]``; a single plain name
+        is returned as is, without calling ``scontrol``.
+
+    Raises:
+        ClusterConfigError: ``scontrol`` is not on PATH, or it refuses the list.
+
+    Example:
+        >>> expand_hostnames("n1")
+        ['n1']
+    """
     if not re.search(r"[\[,]", nodelist):
         return [nodelist]
     scontrol = shutil.which("scontrol")
@@ -170,7 +203,22 @@ def _roles(n: int, ps: int, chief: bool) -> list:
 def slurm_cluster(env=None, *, port_base=None, ps=None, chief=None):
     """The cluster dict of this SLURM job step and this task's (role, index).
 
-    See the module docstring for where each part comes from. Returns ``(cluster, (role, index))``.
+    See the module docstring for where each part comes from.
+
+    Args:
+        env, port_base, ps, chief: as for :func:`tf_config_from_slurm`.
+
+    Returns:
+        ``(cluster, (role, index))``: the cluster dict and this task's place in it.
+
+    Raises:
+        ClusterConfigError: not inside ``srun``, or a task layout we cannot derive.
+
+    Example:
+        >>> env = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "3",
+        ...        "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_TASKS_PER_NODE": "3"}
+        >>> slurm_cluster(env, ps=1)
+        ({'chief': ['n1:15000'], 'ps': ['n1:15001'], 'worker': ['n1:15002']}, ('chief', 0))
     """
     env = os.environ if env is None else env
     n = slurm_tasks(env)
@@ -205,7 +253,7 @@ def slurm_cluster(env=None, *, port_base=None, ps=None, chief=None):
     roles = _roles(n, ps, bool(chief))
     cluster: dict = {}
     for (role, _), (node, local) in zip(roles, placement):
-        cluster.setdefault(role, []).append(f"{hosts[node]}:{ports[local]}")
+        cluster.setdefault(role, []).append(format_address(hosts[node], ports[local]))
     return cluster, roles[rank]
 
 
@@ -219,6 +267,9 @@ def tf_config_from_slurm(env=None, *, port_base=None, ps=None, chief=None) -> di
             ``port_base + i``.
         ps: number of parameter-server tasks (tasks 1..ps; task 0 becomes the chief).
         chief: make task 0 the chief (implied by ``ps``).
+
+    Returns:
+        The TF_CONFIG dict (``{"cluster": ..., "task": {"type": ..., "index": ...}}``).
 
     Raises:
         ClusterConfigError: not inside ``srun``, or a task layout we cannot derive.
@@ -238,7 +289,13 @@ def set_tf_config_from_slurm_if_needed() -> dict | None:
     """In a SLURM job step of 2+ tasks without TF_CONFIG, set TF_CONFIG from SLURM.
 
     Called by ``make_strategy`` before it reads TF_CONFIG, so training scripts need no SLURM
-    code. An explicit TF_CONFIG always wins. Returns the config that was set, or None.
+    code. An explicit TF_CONFIG always wins.
+
+    Returns:
+        The TF_CONFIG dict that was set, or None when nothing was set.
+
+    Raises:
+        ClusterConfigError: as :func:`tf_config_from_slurm`.
     """
     if "TF_CONFIG" in os.environ or slurm_tasks() < 2:
         return None
@@ -274,6 +331,14 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
         time_limit: minutes for ``sbatch --time`` (SLURM stops the job then).
         sbatch_args, srun_args: more options, e.g. ``["--gres=gpu:1"]``, ``["--resv-ports"]``.
         python, rscript: interpreters on the nodes (default: this Python, ``Rscript``).
+        argv: the command each task runs, instead of the one derived from ``target``.
+
+    Returns:
+        The batch script, as text.
+
+    Raises:
+        ArgumentTypeError: ``target`` is a function, or a wrong count.
+        LaunchError: the script does not exist or is neither ``.py`` nor ``.R``.
 
     Example:
         >>> print(slurm_script("train.R", workers=4, partition="gpu"))   # doctest: +SKIP
@@ -386,13 +451,21 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
         partition, sbatch_args, srun_args, job_name: passed to ``sbatch`` / ``srun``.
         env, args, on_output, echo, python, rscript, show_all: as for :func:`launch`.
 
+    Returns:
+        A :class:`~tfdistributed.launch.LaunchResult`, as :func:`launch`'s; its ``job_id`` is
+        the SLURM job id and its ``cluster`` the cluster the tasks ran as.
+
     Raises:
         LaunchError: a task failed (the job is cancelled) or the job ended without its tasks;
             ``.results`` has every task's outcome.
         LaunchTimeoutError: the job did not finish in time (it is cancelled).
+
+    Example:
+        >>> result = launch_slurm("train.py", workers=4, partition="gpu")   # doctest: +SKIP
+        >>> [t.returncode for t in result.tasks]                              # doctest: +SKIP
+        [0, 0, 0, 0]
     """
-    from .launch import (_NOISE, LaunchResult, TaskResult, _clean_line, _error_summary,
-                         _target_argv)
+    from .launch import LaunchResult, TaskResult, _target_argv
 
     timeout = float(timeout)
     roles = _layout(workers, ps, chief)
@@ -421,15 +494,10 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
     lines = [[] for _ in roles]
     names = [f"{r} {i}" for r, i in roles]
 
+    relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
+
     def emit(i, final=False):
-        for raw in tails[i].read(final):
-            line = _clean_line(raw)
-            lines[i].append(line)
-            if show_all or not _NOISE.match(line):
-                if echo:
-                    print(f"[{names[i]}] {line}", flush=True)
-                if on_output is not None:
-                    on_output(f"[{names[i]}] {line}")
+        relay.emit(names[i], tails[i].read(final), lines[i])
 
     def codes():
         out = []
@@ -472,10 +540,9 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
                 i = min(bad, key=lambda i: (rcs[i] < 0, _mtime(jobdir, i)))
                 _cancel(job_id)
                 rcs = codes()
-                how = (f"was killed by signal {-rcs[i]}" if rcs[i] < 0
-                       else f"exited with status {rcs[i]}")
-                raise LaunchError(f"Task {names[i]} {how} (SLURM job {job_id}, task {i}); the job "
-                                  f"was cancelled. {_error_summary(lines[i])}", results(rcs))
+                raise LaunchError(f"Task {names[i]} {how_it_ended(rcs[i])} (SLURM job {job_id}, "
+                                  f"task {i}); the job was cancelled. {error_summary(lines[i])}",
+                                  results(rcs))
             primaries = [rc for (r, _), rc in zip(roles, rcs) if not ps_mode or r == "chief"]
             if all(rc == 0 for rc in primaries):
                 if all(rc is not None for rc in rcs) or not _job_state(job_id)[0]:

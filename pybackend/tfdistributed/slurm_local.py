@@ -31,13 +31,9 @@ _DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
 def _port_range_free(first: int, count: int) -> bool:
-    for port in range(first, first + count):
-        with socket.socket() as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                return False
-    return True
+    import portpicker
+
+    return all(portpicker.is_port_free(port) for port in range(first, first + count))
 
 
 def _reserved_port_range(count: int = 100) -> int:

@@ -63,6 +63,26 @@ def test_function_target_returns_values():
     assert result.values == [10, 11, 14]
 
 
+def _pin_first_core(task):
+    task.env["TASK_POSITION"] = str(task.position)
+    task.preexec_fn = lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def test_prepare_task_changes_each_task_before_it_starts(tmp_path):
+    path = script(tmp_path, """
+        import json, os
+        role = json.loads(os.environ["TF_CONFIG"])["task"]
+        print(role["type"], role["index"], os.environ["TASK_POSITION"], sorted(os.sched_getaffinity(0)))
+    """)
+    seen = []
+    result = tfd.launch(path, workers=2, chief=True, timeout=60, echo=False,
+                        prepare_task=lambda task: (seen.append(task.name), _pin_first_core(task)))
+    assert seen == ["chief 0", "worker 0", "worker 1"]
+    core = min(os.sched_getaffinity(0))
+    assert [t.output for t in result.tasks] == [[f"chief 0 0 [{core}]"], [f"worker 0 1 [{core}]"],
+                                                [f"worker 1 2 [{core}]"]]
+
+
 def test_script_arguments_are_passed(tmp_path):
     path = script(tmp_path, "import sys; print(sys.argv[1:])")
     result = tfd.launch(path, workers=1, args=["--epochs", 3], timeout=60, echo=False)

@@ -186,8 +186,8 @@ def test_slurm_script_is_a_batch_script_to_keep(tmp_path):
 def test_backend_arguments_are_checked_before_anything_starts():
     with pytest.raises(tfd.ArgumentTypeError, match="'local', 'slurm' or 'ray'.*Did you mean 'slurm'"):
         tfd.launch(_task_and_argument, backend="slrum")
-    with pytest.raises(tfd.ArgumentTypeError, match="pin_cpus only apply to local clusters"):
-        tfd.launch(_task_and_argument, backend="slurm", pin_cpus=True)
+    with pytest.raises(tfd.ArgumentTypeError, match="prepare_task only apply to local clusters"):
+        tfd.launch(_task_and_argument, backend="slurm", prepare_task=lambda task: None)
     with pytest.raises(tfd.ArgumentTypeError, match=r"\['partition'\].*backend='slurm' or 'ray'"):
         tfd.launch(_task_and_argument, partition="gpu")
 

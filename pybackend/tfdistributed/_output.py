@@ -1,0 +1,88 @@
+"""What the launchers do with the lines their tasks print, the same on every engine.
+
+Each raw line is cleaned (:func:`clean_line`), kept in its task's output, and, unless it is
+TensorFlow start-up noise, streamed prefixed with the task (``[worker 1] ...``) to stdout and/or
+an ``on_output`` callback (:class:`Relay`). :func:`error_summary` turns a failed task's output
+into the part of an error message that shows what went wrong.
+"""
+
+from __future__ import annotations
+
+import re
+
+# TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
+# TF_CPP_MIN_LOG_LEVEL cannot silence them), and its complaint that a machine without a GPU has
+# no CUDA driver: kept in each task's output, not streamed nor quoted in errors.
+NOISE = re.compile(r"^(I\d{4} [\d:.]+\s+\d+ \S+:\d+\] |WARNING: All log messages "
+                   r"before absl::InitializeLog\(\) is called|E\d{4} [\d:.]+\s+\d+ "
+                   r"cuda_platform\.cc:\d+\] failed call to cuInit)")
+_TAIL = 40
+# Terminal control sequences (colours, cursor moves) of progress bars, useless in a log.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LINE_LIMIT = 400
+# The line that names a Python exception, or R's error line.
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?|Error( in .*)?:.*)$")
+
+
+def clean_line(raw: str) -> str:
+    """One printed line as a log line: a progress bar redrawn with carriage returns becomes
+    its last state, colour codes are dropped, and very long lines (array dumps) are cut."""
+    line = _ANSI.sub("", raw)
+    if "\r" in line:
+        line = next((part for part in reversed(line.split("\r")) if part.strip()), "")
+    if len(line) > _LINE_LIMIT:
+        line = line[:_LINE_LIMIT] + f" ... [{len(line) - _LINE_LIMIT} more characters]"
+    return line
+
+
+def error_summary(lines) -> str:
+    """The last output of a failed task for an error message: its exception line first (it can
+    be followed by pages of other output), then the tail."""
+    kept = [ln for ln in lines if not NOISE.match(ln)]
+    errors = [ln for ln in kept if _ERROR_LINE.match(ln.strip())]
+    tail = "\n".join(kept[-_TAIL:])
+    if errors:
+        return f"Its error: {errors[-1].strip()}\nIts last output:\n{tail}"
+    return f"Its last output:\n{tail}"
+
+
+def how_it_ended(returncode: int) -> str:
+    """``"exited with status 3"`` or ``"was killed by signal 9"`` (a negative return code)."""
+    if returncode < 0:
+        return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+class Relay:
+    """Keeps each task's lines and streams them, prefixed with the task, to stdout / a callback.
+
+    ``keep`` may run on any thread (the local launcher's readers); ``send`` runs on the calling
+    thread, because ``on_output`` may be an R function. ``emit`` does both, for engines that
+    read their tasks' output on the calling thread.
+    """
+
+    def __init__(self, *, echo: bool = True, on_output=None, show_all: bool = False):
+        self.echo = echo
+        self.on_output = on_output
+        self.show_all = show_all
+
+    def keep(self, label: str, raw: str, output: list) -> str | None:
+        """Clean ``raw``, append it to ``output``; the line to stream, or None for noise."""
+        line = clean_line(raw)
+        output.append(line)
+        if self.show_all or not NOISE.match(line):
+            return f"[{label}] {line}"
+        return None
+
+    def send(self, line: str) -> None:
+        if self.echo:
+            print(line, flush=True)
+        if self.on_output is not None:
+            self.on_output(line)
+
+    def emit(self, label: str, raws, output: list) -> None:
+        """``keep`` then ``send`` each of ``raws``."""
+        for raw in raws:
+            shown = self.keep(label, raw, output)
+            if shown is not None:
+                self.send(shown)
