@@ -6,22 +6,24 @@
         model = ...; model.compile(...)
     tfd.fit(model, x, y, epochs=5, batch_size=64)
 
-Modules: strategies (by name), cluster (TF_CONFIG), data (sharding, TFDS), training (fit,
-evaluate and predict under any strategy), ps (parameter-server training on ClusterCoordinator),
-loops (custom training loops), generators (R generators served from R's main thread,
-sharded TFRecord/CSV files), checkpoints (multi-worker-safe saving and BackupAndRestore),
-compat (Keras 3 repairs), launch (local clusters, ``python -m tfdistributed launch``), errors,
-demo (``make demo``).
+Modules: strategies (by name), cluster (TF_CONFIG), data (the input plan every fit/evaluate/
+predict follows, sharding, TFDS), training (fit, evaluate and predict under any strategy), ps
+(parameter-server training on ClusterCoordinator), loops (custom training loops), generators
+(R generators served from R's main thread, sharded TFRecord/CSV files), checkpoints
+(multi-worker-safe saving and BackupAndRestore), compat (Keras 3 repairs), launch (local
+clusters, ``python -m tfdistributed launch``), errors, demo_data (scikit-learn's digits as
+arrays or TFDS), demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
 
-from . import checkpoints, generators, loops, ray_backend, slurm
+from . import checkpoints, data, generators, loops, ray_backend, slurm
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
-from .data import (SHARD_POLICIES, check_sharding, digits_arrays, global_batch_size, load_tfds,
-                   make_dataset, shard_policy, with_shard_policy, write_digits_tfds)
+from .data import (SHARD_POLICIES, check_sharding, global_batch_size, load_tfds, make_dataset,
+                   shard_policy, with_shard_policy)
+from .demo_data import digits_arrays, write_digits_tfds
 from .generators import GeneratorError, read_shards, write_shards
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      ShardingError, StrategyError, TFDistributedError, TrainingError)
@@ -38,6 +40,11 @@ __version__ = "0.1.0"
 from . import compat as _compat  # noqa: E402
 
 _compat.install()
+
+# A tf.data dataset over an R generator, given to fit/evaluate on R's main thread, would hang:
+# the input plan refuses it (registered here so that data and training need not import
+# generators, which imports training).
+data.register_dataset_check(generators.refuse_r_generator_on_main_thread)
 
 __all__ = [
     "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES", "checkpoints", "loops",

@@ -1,7 +1,18 @@
-"""Input pipelines for distributed training: shard policies, a pre-flight shard check, global
-batch sizes, TFDS loading, and arrays turned into ``tf.data`` pipelines.
+"""Input pipelines for distributed training: the input plan every training call follows,
+shard policies, a pre-flight shard check, global batch sizes, TFDS loading, and arrays turned
+into ``tf.data`` pipelines.
 
-With several workers, TensorFlow *auto-shards* each worker's copy of the dataset:
+**The input plan.** :func:`plan_input` is where ``fit``, ``evaluate`` and ``predict`` decide,
+once and for every strategy (the collective strategies of :mod:`tfdistributed.training` and the
+parameter-server trainer of :mod:`tfdistributed.ps` alike), what the input is: arrays, a
+``tf.data.Dataset`` or a dataset function; the global batch (Keras' default of
+:data:`DEFAULT_BATCH_SIZE` when arrays come without one) and each replica's share of it;
+``validation_split`` and ``validation_data`` (with its optional third part, the validation
+sample weights); ``sample_weight`` and ``class_weight``. The returned :class:`InputPlan` builds
+the pipelines each path needs. The caller says what the strategy is (kind, replicas in sync,
+input workers), computed once per call.
+
+**Sharding.** With several workers, TensorFlow *auto-shards* each worker's copy of the dataset:
 
 - ``"file"``: each worker reads a subset of the input files. Needs at least as many files as
   workers, otherwise TensorFlow fails at the first step with "There aren't enough elements in
@@ -13,6 +24,8 @@ With several workers, TensorFlow *auto-shards* each worker's copy of the dataset
 
 :func:`check_sharding` runs TensorFlow's own auto-shard rewrite on the dataset before training,
 so the failure above becomes our :class:`~tfdistributed.errors.ShardingError` that names the fix.
+
+The demo data (scikit-learn's digits) lives in :mod:`tfdistributed.demo_data`.
 """
 
 from __future__ import annotations
@@ -21,9 +34,12 @@ import numbers
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ._args import as_int, as_str
-from .errors import ArgumentTypeError, ShardingError, TFDistributedError, did_you_mean
+from .errors import (ArgumentTypeError, ShardingError, TFDistributedError, TrainingError,
+                     did_you_mean)
 
 SHARD_POLICIES = ("auto", "file", "data", "off", "hint")
 #: Keras' default batch size, used when arrays come without one.
@@ -42,7 +58,24 @@ def _policy_enum(policy: str):
 
 
 def with_shard_policy(dataset, policy: str):
-    """``dataset`` with its auto-shard policy set to ``policy`` (see the module docstring)."""
+    """``dataset`` with its auto-shard policy set to ``policy`` (see the module docstring).
+
+    Args:
+        dataset: a ``tf.data.Dataset``.
+        policy: ``"auto"``, ``"file"``, ``"data"``, ``"off"`` or ``"hint"`` (any case).
+
+    Returns:
+        The dataset with the policy in its options (the elements are unchanged).
+
+    Raises:
+        ArgumentTypeError: ``dataset`` is not a ``tf.data.Dataset``.
+        ShardingError: an unknown policy (the message names the closest one).
+
+    Example:
+        >>> ds = with_shard_policy(tf.data.Dataset.range(8).batch(2), "data")    # doctest: +SKIP
+        >>> shard_policy(ds)                                                  # doctest: +SKIP
+        'data'
+    """
     import tensorflow as tf
 
     if not isinstance(dataset, tf.data.Dataset):
@@ -53,7 +86,18 @@ def with_shard_policy(dataset, policy: str):
 
 
 def shard_policy(dataset) -> str:
-    """The auto-shard policy name set on ``dataset`` ("auto" when none was set)."""
+    """The auto-shard policy name set on ``dataset`` ("auto" when none was set).
+
+    Args:
+        dataset: a ``tf.data.Dataset``.
+
+    Returns:
+        One of :data:`SHARD_POLICIES`.
+
+    Example:
+        >>> shard_policy(tf.data.Dataset.range(4))    # doctest: +SKIP
+        'auto'
+    """
     value = dataset.options().experimental_distribute.auto_shard_policy
     return str(getattr(value, "name", value)).lower()
 
@@ -121,8 +165,27 @@ def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
 
     Runs TensorFlow's own auto-shard rewrite (the one ``experimental_distribute_dataset`` uses)
     for the first and last worker and reads one element of each, so every failure TensorFlow
-    would hit at the first training step happens here, with a message naming the fix. Returns the
-    policy that was checked. ``policy`` overrides the one set on the dataset.
+    would hit at the first training step happens here, with a message naming the fix.
+
+    Args:
+        dataset: the ``tf.data.Dataset`` each worker would read (batched as for training).
+        num_shards: the number of workers (input pipelines).
+        policy: a shard policy that overrides the one set on the dataset.
+
+    Returns:
+        The policy that was checked.
+
+    Raises:
+        ShardingError: some worker would get no file or no element; the message says what to
+            change (usually: set the shard policy to ``"data"``).
+        ArgumentTypeError: ``num_shards`` is not a whole number >= 1.
+
+    Example:
+        >>> train = load_tfds("sklearn_digits", "train", data_dir).batch(64)   # doctest: +SKIP
+        >>> check_sharding(train, 2)    # one file per split  # doctest: +SKIP
+        ShardingError: ... Set the shard policy to 'data' ...
+        >>> check_sharding(train, 2, "data")                   # doctest: +SKIP
+        'data'
     """
     num_shards = as_int(num_shards, "num_shards", minimum=1)
     if policy is not None:
@@ -158,7 +221,22 @@ def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
 
 
 def global_batch_size(per_replica, strategy=None) -> int:
-    """``per_replica`` times the number of replicas in sync (of ``strategy``, or the current one)."""
+    """``per_replica`` times the number of replicas in sync (of ``strategy``, or the current one).
+
+    Args:
+        per_replica: the batch one replica computes (a whole number >= 1).
+        strategy: a ``tf.distribute.Strategy``; default: the current one.
+
+    Returns:
+        The global batch size, as ``fit(batch_size=...)`` and ``dataset.batch()`` want it.
+
+    Raises:
+        ArgumentTypeError: ``per_replica`` is not a whole number >= 1.
+
+    Example:
+        >>> global_batch_size(32, make_strategy("mirrored", num_cpu_devices=2))    # doctest: +SKIP
+        64
+    """
     import tensorflow as tf
 
     per_replica = as_int(per_replica, "per_replica", minimum=1)
@@ -207,14 +285,35 @@ def _leaves(structure):
 
 
 def num_examples(structure) -> int:
-    """The number of examples (rows) of an array or a dict/tuple of arrays of equal length."""
+    """The number of examples (rows) of an array or a dict/tuple of arrays of equal length.
+
+    Example:
+        >>> num_examples({"a": np.zeros((5, 2)), "b": np.zeros(5)})    # doctest: +SKIP
+        5
+    """
     return len(_leaves(structure)[0][1])
 
 
 def as_arrays(x, y=None, sample_weight=None):
     """``[x, y?, sample_weight?]`` as checked NumPy arrays of equal length, and that length.
 
-    ``x`` (and ``y``) may be one array, a dict of arrays (named inputs) or a list of arrays.
+    Args:
+        x: one array (NumPy, pandas, a list of numbers), a dict of arrays (named inputs) or a
+            list of arrays (several inputs).
+        y: the targets, shaped like ``x`` may be; left out of the result when None.
+        sample_weight: one weight per example; left out of the result when None.
+
+    Returns:
+        ``(parts, n)``: the given parts in that order, float64 cast to float32, and the number
+        of rows.
+
+    Raises:
+        ArgumentTypeError: a part is not numeric, or the parts differ in length.
+
+    Example:
+        >>> parts, n = as_arrays(np.zeros((10, 2)), np.arange(10))    # doctest: +SKIP
+        >>> n, parts[0].dtype                                        # doctest: +SKIP
+        (10, dtype('float32'))
     """
     parts = [("x", _as_structure(x, "x"))]
     for name, value in (("y", y), ("sample_weight", sample_weight)):
@@ -232,7 +331,21 @@ def as_arrays(x, y=None, sample_weight=None):
 
 def split_validation(arrays, fraction):
     """``(train, validation)`` from ``arrays`` as Keras' ``validation_split`` does: the last
-    ``fraction`` of the rows, before any shuffling, batching or sharding."""
+    ``fraction`` of the rows, before any shuffling, batching or sharding.
+
+    Args:
+        arrays: a sequence of arrays (or dicts/tuples of arrays) of equal length.
+        fraction: the share held out, strictly between 0 and 1.
+
+    Returns:
+        Two tuples of the same parts: the first rows and the held-out last rows.
+
+    Raises:
+        ArgumentTypeError: ``fraction`` is not strictly between 0 and 1, or leaves no rows.
+
+    Example:
+        >>> train, held_out = split_validation([x, y], 0.2)    # doctest: +SKIP
+    """
     from keras.src.trainers.data_adapters import array_slicing
 
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
@@ -245,8 +358,24 @@ def split_validation(arrays, fraction):
 
 
 def class_weight_to_sample_weight(y, class_weight, sample_weight=None):
-    """Per-example weights from Keras' ``class_weight`` (``{class index: weight}``) for integer
-    or one-hot targets, multiplied into ``sample_weight`` when both are given."""
+    """Per-example weights from Keras' ``class_weight``, multiplied into ``sample_weight``.
+
+    Args:
+        y: integer targets (``(n,)`` or ``(n, 1)``) or one-hot targets (``(n, classes)``).
+        class_weight: ``{class index: weight}`` with a weight for every class in ``y``.
+        sample_weight: optional per-example weights to multiply in.
+
+    Returns:
+        A float32 array of one weight per example.
+
+    Raises:
+        ArgumentTypeError: a class in ``y`` has no weight, or ``class_weight`` is not a mapping
+            of class indices to numbers.
+
+    Example:
+        >>> class_weight_to_sample_weight(np.array([0, 1, 1]), {0: 1.0, 1: 2.5})    # doctest: +SKIP
+        array([1. , 2.5, 2.5], dtype=float32)
+    """
     import numpy as np
 
     y = np.asarray(y)
@@ -269,16 +398,42 @@ def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weig
                  policy: str = "data", drop_remainder=False):
     """Arrays (NumPy, pandas, lists) as a batched ``tf.data`` pipeline with a shard policy.
 
-    ``batch_size`` is the *global* batch size. The policy defaults to ``"data"``: arrays held in
-    memory have no files to split, so every worker keeps its share of elements.
-    """
-    import tensorflow as tf
+    Args:
+        x, y, sample_weight: as :func:`as_arrays` takes them.
+        batch_size: the *global* batch size.
+        shuffle, seed: shuffle the examples every epoch (a whole-data buffer).
+        policy: the shard policy; ``"data"`` by default: arrays held in memory have no files to
+            split, so every worker keeps its share of elements.
+        drop_remainder: drop a last, smaller batch.
 
+    Returns:
+        A ``tf.data.Dataset`` of ``x``, ``(x, y)`` or ``(x, y, sample_weight)`` batches.
+
+    Raises:
+        ArgumentTypeError: arrays that are not numeric or differ in length, or a batch size
+            that is not a whole number >= 1.
+
+    Example:
+        >>> ds = make_dataset(x, y, batch_size=64, shuffle=True, seed=0)    # doctest: +SKIP
+    """
     batch_size = as_int(batch_size, "batch_size", minimum=1)
     arrays, n = as_arrays(x, y, sample_weight)
+    return _batched(arrays, n, batch_size=batch_size, shuffle=shuffle, seed=seed, policy=policy,
+                    drop_remainder=drop_remainder)
+
+
+def _slices(arrays):
+    """The examples of ``arrays`` (``as_arrays``' parts) as a dataset of single elements."""
+    import tensorflow as tf
+
     # Several inputs without targets stay one element (x,): a bare tuple would read as (x, y).
-    dataset = tf.data.Dataset.from_tensor_slices(
+    return tf.data.Dataset.from_tensor_slices(
         tuple(arrays) if len(arrays) > 1 or isinstance(arrays[0], tuple) else arrays[0])
+
+
+def _batched(arrays, n, *, batch_size, shuffle=False, seed=None, policy="data",
+             drop_remainder=False):
+    dataset = _slices(arrays)
     if shuffle:
         dataset = dataset.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
@@ -289,15 +444,34 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
               download=False, **kwargs):
     """A TFDS dataset read with tensorflow-datasets' own loader (``tfds.load``).
 
-    ``download`` defaults to False: in a multi-worker job every process runs this line, and
-    several processes downloading into one directory race. Prepare the data once beforehand
-    (``tfds.builder(name).download_and_prepare()``), or pass ``download=True`` on one machine.
-    ``shard_policy`` sets the auto-shard policy of the returned dataset.
-
     tensorflow-datasets caches small datasets in memory by itself; unless you pass a
     ``read_config``, that is turned off here: an in-memory cache whose first pass fails (as a
     failed auto-shard does) stays empty for good, so the dataset could not be reused after
     :func:`check_sharding` reported the problem. Add ``.cache()`` yourself after sharding.
+
+    Args:
+        name: the TFDS name (``"sklearn_digits"`` for :func:`write_digits_tfds`' data).
+        split: the split (``"train"``, ``"test"``, TFDS slicing such as ``"train[:80%]"``).
+        data_dir: the TFDS data directory; default: ``TFDS_DATA_DIR`` or
+            ``~/tensorflow_datasets``.
+        as_supervised: ``(input, target)`` pairs instead of feature dicts.
+        shard_policy: the auto-shard policy of the returned dataset.
+        download: False by default: in a multi-worker job every process runs this line, and
+            several processes downloading into one directory race. Prepare the data once
+            beforehand (``tfds.builder(name).download_and_prepare()``), or pass
+            ``download=True`` on one machine.
+        **kwargs: passed to ``tfds.load``.
+
+    Returns:
+        The ``tf.data.Dataset`` of the split (unbatched).
+
+    Raises:
+        TFDistributedError: the dataset is not prepared in ``data_dir`` (the message says how
+            to prepare it).
+
+    Example:
+        >>> train = load_tfds("sklearn_digits", "train", data_dir, shard_policy="data")  # doctest: +SKIP
+        >>> train = train.map(scale).batch(64)                                         # doctest: +SKIP
     """
     import tensorflow_datasets as tfds
 
@@ -317,78 +491,314 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
     return dataset
 
 
-DIGITS_NAME = "sklearn_digits"
+# --- the input plan ---------------------------------------------------------------------------
+
+#: Checks run on every dataset given to fit/evaluate, in order: ``check(dataset, what)`` raises
+#: to refuse it. ``tfdistributed/__init__.py`` registers the refusal of R generators on R's main
+#: thread (where such a dataset would hang), so this module does not import that one.
+_DATASET_CHECKS: list[Callable] = []
 
 
-def _digits_builder_class():
-    """A real TFDS builder for the digits (a class, so its info carries supervised keys)."""
-    import numpy as np
-    import tensorflow_datasets as tfds
-
-    class SklearnDigits(tfds.core.GeneratorBasedBuilder, skip_registration=True):
-        VERSION = tfds.core.Version("1.0.0")
-
-        def __init__(self, *, test_fraction, seed, **kwargs):
-            self._arrays = digits_arrays(test_fraction=test_fraction, seed=seed)
-            super().__init__(**kwargs)
-
-        @property
-        def name(self):
-            return DIGITS_NAME
-
-        def _info(self):
-            return self.dataset_info_from_configs(
-                description="scikit-learn's handwritten digits (8x8), written by "
-                            "tfdistributed.write_digits_tfds for demos and tests.",
-                features=tfds.features.FeaturesDict({
-                    "image": tfds.features.Image(shape=(8, 8, 1), dtype=np.uint8),
-                    "label": tfds.features.ClassLabel(num_classes=10),
-                }),
-                supervised_keys=("image", "label"),
-            )
-
-        def _split_generators(self, dl_manager):
-            (x_train, y_train), (x_test, y_test) = self._arrays
-            return {"train": self._generate_examples(x_train, y_train),
-                    "test": self._generate_examples(x_test, y_test)}
-
-        def _generate_examples(self, x, y):
-            for i, (image, label) in enumerate(zip(x, y)):
-                yield i, {"image": (image * 255).round().astype(np.uint8), "label": int(label)}
-
-    return SklearnDigits
+def register_dataset_check(check: Callable) -> None:
+    """Run ``check(dataset, what)`` on every dataset :func:`plan_input` is given for fit or
+    evaluate (the training data and the validation data); registering twice is a no-op."""
+    if check not in _DATASET_CHECKS:
+        _DATASET_CHECKS.append(check)
 
 
-def write_digits_tfds(data_dir, *, num_files=1, test_fraction=0.25, seed=0):
-    """Write scikit-learn's handwritten digits (1797 8x8 images) as a real TFDS dataset on disk.
+_SOURCES = ("arrays", "dataset", "function")
 
-    Splits ``train`` and ``test``, each in ``num_files`` TFRecord files (TFDS writes one file per
-    split by default: the case where multi-worker FILE sharding fails); images are 8x8x1 uint8
-    in 0-255, labels 0-9, supervised keys ``(image, label)``. Read it back with
-    ``load_tfds("sklearn_digits", "train", data_dir)``. Returns ``data_dir``; does nothing when
-    the dataset is already there.
+
+@dataclass(frozen=True)
+class InputPlan:
+    """What one ``fit``/``evaluate``/``predict`` call reads, decided once by :func:`plan_input`.
+
+    Attributes:
+        what: ``"fit"``, ``"evaluate"`` or ``"predict"`` (named in error messages).
+        kind: the strategy's kind (``"mirrored"``, ``"parameter_server"``...).
+        replicas: replicas in sync.
+        workers: input pipelines: the workers of a multi-worker or parameter-server job, else 1.
+        source: ``"arrays"``, ``"dataset"`` (a ``tf.data.Dataset`` of global batches) or
+            ``"function"`` (``input_context -> tf.data.Dataset``, parameter-server ``fit`` only).
+        x, y, sample_weight: the input. For arrays: the checked arrays (``y`` and
+            ``sample_weight`` None when not given; ``class_weight`` already multiplied into
+            ``sample_weight``, and ``validation_split``'s rows already taken out). Otherwise
+            ``x`` is the dataset or function and the others are None.
+        num_examples: rows of the arrays (None for a dataset or function).
+        batch_size: the global batch the user gave (checked), or None.
+        class_weight: only for a dataset input, for Keras to apply; None otherwise.
+        validation: None, a ``tf.data.Dataset``, or ``(x, y, sample_weight)`` checked arrays
+            (``sample_weight`` None when not given).
+        shuffle, seed: shuffle arrays every epoch with this seed.
+        shard_policy: the shard policy asked for (None: ``"data"`` for arrays, the dataset's own).
+        check_shards: run :func:`check_sharding` on datasets of a multi-worker job.
     """
-    import tensorflow_datasets as tfds
 
-    num_files = as_int(num_files, "num_files", minimum=1)
-    data_dir = os.fspath(data_dir)
-    builder = _digits_builder_class()(data_dir=data_dir, test_fraction=test_fraction, seed=seed)
-    if not builder.is_prepared():
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(num_shards=num_files))
-    return data_dir
+    what: str
+    kind: str
+    replicas: int
+    workers: int
+    source: str
+    x: Any
+    y: Any = None
+    sample_weight: Any = None
+    num_examples: int | None = None
+    batch_size: int | None = None
+    class_weight: Any = None
+    validation: Any = None
+    shuffle: bool = False
+    seed: int | None = None
+    shard_policy: str | None = None
+    check_shards: bool = True
+
+    @property
+    def global_batch(self) -> int:
+        """The global batch: the one given, else Keras' default (:data:`DEFAULT_BATCH_SIZE`)."""
+        return self.batch_size or DEFAULT_BATCH_SIZE
+
+    @property
+    def per_replica_batch(self) -> int:
+        """Each replica's share of the global batch."""
+        return self.global_batch // self.replicas
+
+    @property
+    def inline(self) -> bool:
+        """Evaluation, prediction and validation run on this process alone (parameter-server
+        strategies: the chief computes them), so their datasets are not sharded."""
+        return self.kind == "parameter_server"
+
+    @property
+    def arrays(self) -> tuple:
+        """The array parts that were given, in order ``(x, y?, sample_weight?)``."""
+        return tuple(p for p in (self.x, self.y, self.sample_weight) if p is not None)
+
+    def examples(self):
+        """Each example once, unbatched (arrays only): ``x``, ``(x, y)`` or ``(x, y, sw)``."""
+        return _slices(self.arrays)
+
+    def dataset(self):
+        """The input as a dataset of global batches: what Keras (or the chief, inline) reads.
+
+        Arrays are batched with the global batch, shuffled for ``fit`` when asked, with the
+        shard policy (``"data"`` by default); a dataset gets the shard policy asked for. In a
+        multi-worker job the result is checked with :func:`check_sharding` first.
+        """
+        if self.source == "function":  # refused by plan_input except for parameter-server fit
+            raise ArgumentTypeError(f"{self.what}(): a dataset function has no single dataset.")
+        label = "the training data" if self.what == "fit" else "the data"
+        if self.source == "arrays":
+            return self._distributed(self.arrays, self.num_examples, shuffle=self.shuffle,
+                                     label=label)
+        return self._distributed(self.x, None, shuffle=False, label=label)
+
+    def validation_dataset(self):
+        """``validation`` as a dataset of global batches (never shuffled), or None."""
+        if self.validation is None:
+            return None
+        if isinstance(self.validation, tuple):
+            parts = tuple(p for p in self.validation if p is not None)
+            return self._distributed(parts, num_examples(parts[0]), shuffle=False,
+                                     label="the validation data")
+        return self._distributed(self.validation, None, shuffle=False, label="the validation data")
+
+    def _distributed(self, arrays_or_dataset, n, *, shuffle, label):
+        if n is not None:
+            policy = "data" if self.inline else (self.shard_policy or "data")
+            dataset = _batched(arrays_or_dataset, n, batch_size=self.global_batch,
+                               shuffle=shuffle, seed=self.seed, policy=policy)
+        else:
+            dataset = arrays_or_dataset
+            if self.shard_policy is not None and not self.inline:
+                dataset = with_shard_policy(dataset, self.shard_policy)
+        if self.check_shards and self.workers > 1 and not self.inline:
+            try:
+                check_sharding(dataset, self.workers)
+            except ShardingError as e:
+                raise ShardingError(f"{self.what}(), {label}: {e}") from None
+        return dataset
+
+    def steps_per_epoch(self, steps=None) -> int:
+        """Steps in one epoch where the input repeats forever (parameter-server training).
+
+        ``steps`` when given; for arrays, the whole global batches in the data; for a finite
+        dataset, its number of batches.
+
+        Raises:
+            TrainingError: fewer examples than one global batch, or an input whose length is
+                unknown (a dataset function, an infinite dataset) without ``steps``.
+        """
+        if steps is not None:
+            return steps
+        if self.source == "arrays":
+            if self.num_examples < self.global_batch:
+                raise TrainingError(
+                    f"{self.what}(): {self.num_examples} examples are fewer than one global batch "
+                    f"of {self.global_batch}; use a smaller batch_size.")
+            return self.num_examples // self.global_batch
+        if self.source == "dataset":
+            cardinality = int(self.x.cardinality())
+            if cardinality > 0:
+                return cardinality
+        raise TrainingError(
+            f"{self.what}() under {self.kind!r} needs `steps_per_epoch` for this input: workers "
+            f"repeat their data forever, so an epoch is a number of steps. Pass steps_per_epoch= "
+            f"(e.g. the number of examples // global batch size).")
 
 
-def digits_arrays(*, test_fraction=0.25, seed=0):
-    """scikit-learn's digits as ``((x_train, y_train), (x_test, y_test))``: float32 images
-    of shape (n, 8, 8, 1) scaled to [0, 1], int32 labels; a seeded, stratified split."""
-    import numpy as np
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+def _source(x, what: str, kind: str) -> str:
+    import tensorflow as tf
 
-    digits = load_digits()
-    x = (digits.images / 16.0).astype(np.float32)[..., None]
-    y = digits.target.astype(np.int32)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=test_fraction, random_state=seed, stratify=y)
-    return (x_train, y_train), (x_test, y_test)
+    if isinstance(x, tf.data.Dataset):
+        return "dataset"
+    if x is None:
+        if kind == "parameter_server" and what == "fit":
+            raise ArgumentTypeError("fit() needs data: arrays `x` and `y`, a tf.data.Dataset, or a "
+                                    "function input_context -> tf.data.Dataset.")
+        raise ArgumentTypeError(f"{what}() needs data: arrays `x` (and `y`), or a tf.data.Dataset.")
+    if callable(x) and not hasattr(x, "shape") and not isinstance(x, Mapping):
+        if kind == "parameter_server" and what == "fit":
+            return "function"
+        raise ArgumentTypeError(
+            f"{what}(): `x` is a function; a dataset function (input_context -> "
+            f"tf.data.Dataset) is for fit() under 'parameter_server'. Pass arrays or a "
+            f"tf.data.Dataset.")
+    return "arrays"
+
+
+def _refuse_array_arguments(source, what, y, sample_weight, batch_size):
+    """Arguments that only make sense with arrays, refused for a dataset before anything else."""
+    if source == "function":
+        if y is not None or sample_weight is not None or batch_size is not None:
+            raise ArgumentTypeError(f"{what}(): a dataset function builds its own targets and "
+                                    f"batches; pass `y`, `sample_weight` and `batch_size` only "
+                                    f"with arrays.")
+    elif source == "dataset":
+        if y is not None or sample_weight is not None:
+            raise ArgumentTypeError(f"{what}(): a tf.data.Dataset already holds the targets; pass "
+                                    f"`y`/`sample_weight` only with arrays.")
+        if batch_size is not None and what != "predict":
+            raise ArgumentTypeError(
+                f"{what}(): `batch_size` applies to arrays only; batch the dataset itself with "
+                f"the global batch size (dataset.batch(global_batch_size(per_replica, strategy))).")
+
+
+def _check_batch(batch_size, replicas: int, what: str):
+    """The global batch as given (None stays None); for fit and evaluate it must divide evenly
+    over the replicas in sync."""
+    batch_size = as_int(batch_size, "batch_size", minimum=1, allow_none=True)
+    if batch_size is None or what == "predict" or batch_size % replicas == 0:
+        return batch_size
+    per = max(1, batch_size // replicas)
+    raise TrainingError(
+        f"batch_size={batch_size} is the global batch and must divide evenly over the "
+        f"{replicas} replicas in sync; use {per * replicas} (= global_batch_size({per}, "
+        f"strategy)) or {(per + 1) * replicas}.")
+
+
+def _validation_parts(validation_data, what: str):
+    """``validation_data`` as a dataset, ``(x, y, sample_weight or None)`` raw parts, or None."""
+    import tensorflow as tf
+
+    if validation_data is None or isinstance(validation_data, tf.data.Dataset):
+        return validation_data
+    if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
+        x_val, y_val, *rest = validation_data
+        return x_val, y_val, (rest or [None])[0]
+    raise ArgumentTypeError(
+        f"{what}(): validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val) "
+        f"arrays, or a tf.data.Dataset of batches; got {type(validation_data).__name__}"
+        + (f" of length {len(validation_data)}" if isinstance(validation_data, (tuple, list)) else "")
+        + ".")
+
+
+def _checked_arrays(x, y, sample_weight):
+    """``(x, y, sample_weight, n)`` checked by :func:`as_arrays`, None where not given."""
+    parts, n = as_arrays(x, y, sample_weight)
+    given = iter(parts)
+    return (next(given), *(next(given) if p is not None else None for p in (y, sample_weight)), n)
+
+
+def plan_input(what, x=None, y=None, *, kind, replicas=1, workers=1, batch_size=None,
+               sample_weight=None, class_weight=None, validation_data=None,
+               validation_split=None, shuffle=False, seed=None, shard_policy=None,
+               check_shards=True) -> InputPlan:
+    """Decide what a ``fit``/``evaluate``/``predict`` call reads; the one place these rules live.
+
+    In order: the kind of input (arrays, a ``tf.data.Dataset``, or for parameter-server ``fit``
+    a dataset function); arguments that only apply to arrays, refused for a dataset; the global
+    batch, which must divide over the replicas; ``validation_split`` (arrays only; the last rows,
+    as Keras takes them; ``validation_data`` wins when both are given); ``validation_data``
+    (``(x_val, y_val[, sample_weight_val])`` arrays or a dataset; the third part weights the
+    validation loss and metrics); ``class_weight`` (with array targets, per-example weights
+    multiplied into ``sample_weight``, so the same on every strategy). Every array is checked
+    and converted once here.
+
+    Args:
+        what: ``"fit"``, ``"evaluate"`` or ``"predict"``.
+        x, y, sample_weight, class_weight, validation_data, validation_split, batch_size,
+            shuffle, seed, shard_policy, check_shards: the arguments of :func:`tfdistributed.fit`.
+        kind, replicas, workers: the strategy: its kind, replicas in sync, and input workers
+            (the workers of a multi-worker or parameter-server job, else 1).
+
+    Returns:
+        An :class:`InputPlan`.
+
+    Raises:
+        ArgumentTypeError: no data, arguments that do not apply to the input, arrays that are
+            not numeric or differ in length, a malformed ``validation_data`` or
+            ``validation_split``.
+        TrainingError: the batch does not divide over the replicas.
+
+    Example:
+        >>> plan = plan_input("fit", x, y, kind="mirrored", replicas=2, batch_size=64,
+        ...                   validation_split=0.2)                       # doctest: +SKIP
+        >>> plan.per_replica_batch, plan.num_examples                     # doctest: +SKIP
+        (32, 1078)
+        >>> model.fit(plan.dataset(), validation_data=plan.validation_dataset())  # doctest: +SKIP
+    """
+    source = _source(x, what, kind)
+    _refuse_array_arguments(source, what, y, sample_weight, batch_size)
+    batch_size = _check_batch(batch_size, int(replicas), what)
+    if validation_split and source != "arrays":
+        raise ArgumentTypeError(
+            f"{what}(): validation_split works with arrays only, since a dataset cannot be split "
+            f"without reading it. Pass validation_data= (a separate dataset), or give arrays.")
+    validation = _validation_parts(validation_data, what)
+    if isinstance(validation, tuple):
+        validation = _checked_arrays(*validation)[:3]
+    n = None
+    if source == "arrays":
+        x, y, sample_weight, n = _checked_arrays(x, y, sample_weight)
+        if validation_split and validation is None:
+            given = [p for p in (x, y, sample_weight) if p is not None]
+            train, held_out = split_validation(given, validation_split)
+            train, held_out = iter(train), iter(held_out)
+            x, y, sample_weight = [next(train) if p is not None else None
+                                   for p in (x, y, sample_weight)]
+            validation = tuple(next(held_out) if p is not None else None
+                               for p in (x, y, sample_weight))
+            n = num_examples(x)
+        if class_weight is not None and y is not None:
+            # Per-example weights, the same under every strategy (Keras' own class_weight cannot
+            # be combined with sample_weight, and the parameter-server trainer has none).
+            sample_weight = class_weight_to_sample_weight(y, class_weight, sample_weight)
+            class_weight = None
+    if class_weight is not None and kind == "parameter_server":
+        raise ArgumentTypeError(f"{what}(): under 'parameter_server', class_weight works with "
+                                f"arrays; weight a dataset's examples in the dataset itself.")
+    if what in ("fit", "evaluate"):
+        for dataset in (x, validation):
+            if source != "function" and _is_dataset(dataset):
+                for check in _DATASET_CHECKS:
+                    check(dataset, what)
+    return InputPlan(what=what, kind=kind, replicas=int(replicas), workers=int(workers),
+                     source=source, x=x, y=y, sample_weight=sample_weight, num_examples=n,
+                     batch_size=batch_size, class_weight=class_weight, validation=validation,
+                     shuffle=bool(shuffle), seed=seed, shard_policy=shard_policy,
+                     check_shards=bool(check_shards))
+
+
+def _is_dataset(value) -> bool:
+    import tensorflow as tf
+
+    return isinstance(value, tf.data.Dataset)

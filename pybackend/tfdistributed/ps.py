@@ -7,11 +7,14 @@ training steps as closures onto the ``worker`` tasks, which run them asynchronou
 
 How the pieces map onto Keras:
 
-- **Data.** Every worker builds its own input pipeline (``create_per_worker_dataset``) and reads
-  only its shard: worker ``i`` of ``n`` keeps every ``n``-th example starting at ``i``, repeated
-  forever, in batches of ``global batch // replicas per worker``. Arrays are embedded in the
-  pipeline that is sent to the workers (fine for in-memory data; for data bigger than ~1 GB pass
-  a function that reads files). A ``tf.data.Dataset`` is serialized and *re-created on every
+- **Data.** What the input is (arrays, a dataset, a dataset function), the global batch and
+  each replica's share, validation data and sample/class weights are decided by the input plan
+  of :mod:`tfdistributed.data`, the same one the collective strategies use. Every worker builds
+  its own input pipeline (``create_per_worker_dataset``) and reads only its shard: worker ``i``
+  of ``n`` keeps every ``n``-th example starting at ``i``, repeated forever, in batches of
+  ``global batch // replicas per worker``. Arrays are embedded in the pipeline that is sent to
+  the workers (fine for in-memory data; for data bigger than ~1 GB pass a function that reads
+  files). A ``tf.data.Dataset`` is serialized and *re-created on every
   worker* (so it must not depend on Python state of the chief), then sharded by batches. A
   callable ``dataset_fn(input_context)`` gets full control: ``input_context.input_pipeline_id``
   is the worker's index and ``num_input_pipelines`` the number of workers (its dataset is
@@ -44,14 +47,20 @@ How the pieces map onto Keras:
 from __future__ import annotations
 
 from ._args import as_int, as_str
-from .errors import ArgumentTypeError, ShardingError, TrainingError
+from .cluster import read_tf_config
+from .data import plan_input
+from .errors import ArgumentTypeError, ShardingError
 
 PARTITIONERS = ("min_size", "max_size", "fixed")
 _FIT_EXTRAS = ("checkpoint_dir", "initial_epoch", "validation_freq", "validation_steps")
 
 
 def coordinator(strategy):
-    """The ``ClusterCoordinator`` of ``strategy`` (TensorFlow keeps one per strategy)."""
+    """The ``ClusterCoordinator`` of ``strategy`` (TensorFlow keeps one per strategy).
+
+    Example:
+        >>> coordinator(strategy).join()    # doctest: +SKIP
+    """
     import tensorflow as tf
 
     return tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -70,10 +79,23 @@ def partitioner(kind="min_size", *, num_shards=None, min_shard_bytes=256 << 10,
     For ``"min_size"``, ``max_shards`` defaults to the number of ps tasks in TF_CONFIG (1
     without TF_CONFIG): more shards than ps tasks only add traffic. ``"max_size"`` has no cap
     unless given one.
+
+    Args:
+        kind: ``"min_size"``, ``"max_size"`` or ``"fixed"``.
+        num_shards: ``"fixed"``'s number of shards.
+        min_shard_bytes, max_shard_bytes, max_shards: the other kinds' limits.
+
+    Returns:
+        A ``tf.distribute.experimental.partitioners.Partitioner``.
+
+    Raises:
+        ArgumentTypeError: an unknown kind, or a limit that is not a whole number >= 1.
+
+    Example:
+        >>> strategy = make_strategy("parameter_server",
+        ...                          variable_partitioner=partitioner("min_size"))  # doctest: +SKIP
     """
     import tensorflow as tf
-
-    from .cluster import read_tf_config
 
     if max_shards is None and str(kind).lower() == "min_size":
         config = read_tf_config()
@@ -96,11 +118,21 @@ def partitioner(kind="min_size", *, num_shards=None, min_shard_bytes=256 << 10,
 
 def _num_workers(strategy) -> int:
     # ParameterServerStrategy keeps its resolver on itself, so the public
-    # `strategy.cluster_resolver` (which asks `extended`) is None.
-    return int(strategy.extended._num_workers)
+    # `strategy.cluster_resolver` (which asks `extended`) is None. Any other strategy (a test
+    # calling this module directly) has one input pipeline.
+    return int(getattr(strategy.extended, "_num_workers", 1))
 
 
-def _worker_context(strategy):
+def _plan(what, x, y=None, *, strategy, **kwargs):
+    """The input plan for a direct call of this module's ``fit``/``evaluate``/``predict``
+    (:func:`tfdistributed.fit` and friends make it themselves and call the ``*_planned``
+    functions)."""
+    return plan_input(what, x, y, kind="parameter_server",
+                      replicas=int(strategy.num_replicas_in_sync), workers=_num_workers(strategy),
+                      **kwargs)
+
+
+def _worker_context(strategy, workers):
     """An InputContext naming the worker a dataset function runs on.
 
     ParameterServerStrategy's own context says "1 pipeline, id 0" on every worker (its workers
@@ -110,50 +142,35 @@ def _worker_context(strategy):
     import tensorflow as tf
 
     return tf.distribute.InputContext(
-        num_input_pipelines=_num_workers(strategy),
+        num_input_pipelines=workers,
         input_pipeline_id=tf.distribute.coordinator.experimental_get_current_worker_index(),
         num_replicas_in_sync=strategy.num_replicas_in_sync)
 
 
-def _array_source(x, y, sample_weight, *, what):
-    """Arrays as a tuple for ``from_tensor_slices`` (checked, float32) and their length."""
-    from .data import as_arrays
-
-    if y is None:
-        raise ArgumentTypeError(f"{what}(): with arrays, pass the targets as `y`.")
-    arrays, n = as_arrays(x, y, sample_weight)
-    return tuple(arrays), n
+def _need_targets(plan) -> None:
+    if plan.source == "arrays" and plan.y is None:
+        raise ArgumentTypeError(f"{plan.what}(): with arrays, pass the targets as `y`.")
 
 
-def _train_source(x, y, sample_weight, *, strategy, batch_size, shuffle, seed):
-    """``(dataset_fn(input_context), element_spec, examples or None)`` for fit's input."""
+def _train_source(plan):
+    """``(dataset_fn(input_context), element_spec)``: what each worker reads for ``plan``."""
     import tensorflow as tf
 
-    from .data import DEFAULT_BATCH_SIZE
-
-    replicas = int(strategy.num_replicas_in_sync)
-    if callable(x) and not isinstance(x, tf.data.Dataset):
-        if y is not None or sample_weight is not None or batch_size is not None:
-            raise ArgumentTypeError("fit(): a dataset function builds its own targets and batches; "
-                                    "pass `y`, `sample_weight` and `batch_size` only with arrays.")
-        local = x(tf.distribute.InputContext(1, 0, replicas))
+    x = plan.x
+    if plan.source == "function":
+        local = x(tf.distribute.InputContext(1, 0, plan.replicas))
         if not isinstance(local, tf.data.Dataset):
             raise ArgumentTypeError(f"fit(): the dataset function must return a tf.data.Dataset, "
                                     f"got {type(local).__name__}.")
-        return lambda context: x(context).repeat(), local.element_spec, None
-    if isinstance(x, tf.data.Dataset):
-        if y is not None or sample_weight is not None or batch_size is not None:
-            raise ArgumentTypeError(
-                "fit(): a tf.data.Dataset already holds targets and batches; pass `y`, "
-                "`sample_weight` and `batch_size` only with arrays.")
+        return lambda context: x(context).repeat(), local.element_spec
+    if plan.source == "dataset":
         from tensorflow.python.distribute.coordinator import values
 
-        workers = _num_workers(strategy)
-        if 0 <= int(x.cardinality()) < workers:
+        if 0 <= int(x.cardinality()) < plan.workers:
             raise ShardingError(
                 f"fit(): the dataset has {int(x.cardinality())} batches, fewer than the "
-                f"{workers} workers, so some worker would get none. Use a smaller batch size or "
-                f"more data.")
+                f"{plan.workers} workers, so some worker would get none. Use a smaller batch size "
+                f"or more data.")
         # A dataset lives in the chief's memory and cannot be captured by a function that runs
         # on a worker; its graph can, and each worker rebuilds the dataset from it (what
         # ClusterCoordinator does for a dataset, plus this worker's shard).
@@ -163,54 +180,27 @@ def _train_source(x, y, sample_weight, *, strategy, batch_size, shuffle, seed):
             dataset = values.deserialize_dataset_from_graph(graph, spec)
             return dataset.shard(context.num_input_pipelines, context.input_pipeline_id).repeat()
 
-        return dataset_fn, spec, None
-    if x is None:
-        raise ArgumentTypeError("fit() needs data: arrays `x` and `y`, a tf.data.Dataset, or a "
-                                "function input_context -> tf.data.Dataset.")
-    arrays, n = _array_source(x, y, sample_weight, what="fit")
-    global_batch = batch_size or DEFAULT_BATCH_SIZE
-    per_replica = global_batch // replicas
+        return dataset_fn, spec
+    _need_targets(plan)
+    n, per_replica = plan.num_examples, plan.per_replica_batch
 
     def dataset_fn(context):
-        ds = tf.data.Dataset.from_tensor_slices(arrays)
-        ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
-        if shuffle:
-            ds = ds.shuffle(max(1, n // context.num_input_pipelines), seed=seed,
+        ds = plan.examples().shard(context.num_input_pipelines, context.input_pipeline_id)
+        if plan.shuffle:
+            ds = ds.shuffle(max(1, n // context.num_input_pipelines), seed=plan.seed,
                             reshuffle_each_iteration=True)
         return ds.repeat().batch(per_replica, drop_remainder=True).prefetch(2)
 
-    spec = tf.data.Dataset.from_tensor_slices(arrays).batch(per_replica).element_spec
-    return dataset_fn, spec, (n, global_batch)
+    return dataset_fn, plan.examples().batch(per_replica).element_spec
 
 
-def _steps_per_epoch(steps, x, examples):
-    import tensorflow as tf
-
-    if steps is not None:
-        return steps
-    if examples is not None:
-        n, global_batch = examples
-        if n < global_batch:
-            raise TrainingError(f"fit(): {n} examples are fewer than one global batch of "
-                                f"{global_batch}; use a smaller batch_size.")
-        return n // global_batch
-    if isinstance(x, tf.data.Dataset):
-        cardinality = int(x.cardinality())
-        if cardinality > 0:
-            return cardinality
-    raise TrainingError(
-        "fit() under 'parameter_server' needs `steps_per_epoch` for this input: workers repeat "
-        "their data forever, so an epoch is a number of steps. Pass steps_per_epoch= (e.g. the "
-        "number of examples // global batch size).")
-
-
-def _per_worker_iterator(strategy, dataset_fn):
+def _per_worker_iterator(strategy, dataset_fn, workers):
     import tensorflow as tf
 
     @tf.function
     def per_worker_dataset_fn():
         return strategy.distribute_datasets_from_function(
-            lambda _: dataset_fn(_worker_context(strategy)))
+            lambda _: dataset_fn(_worker_context(strategy, workers)))
 
     return iter(coordinator(strategy).create_per_worker_dataset(per_worker_dataset_fn))
 
@@ -310,20 +300,6 @@ def _logs(model) -> dict:
     return {k: float(v) for k, v in model.get_metrics_result().items()}
 
 
-def _batches(x, y, sample_weight, batch_size, *, what):
-    import tensorflow as tf
-
-    from .data import DEFAULT_BATCH_SIZE
-
-    if isinstance(x, tf.data.Dataset):
-        if y is not None or sample_weight is not None:
-            raise ArgumentTypeError(f"{what}(): a tf.data.Dataset already holds the targets; pass "
-                                    f"`y`/`sample_weight` only with arrays.")
-        return x
-    arrays, _ = _array_source(x, y, sample_weight, what=what)
-    return tf.data.Dataset.from_tensor_slices(arrays).batch(batch_size or DEFAULT_BATCH_SIZE)
-
-
 def _inline_evaluator(model):
     """``run(dataset, steps=None) -> logs``: loss and metrics over ``dataset``, computed on the
     chief, in order. One traced step per evaluator, reused by every epoch's validation."""
@@ -368,39 +344,74 @@ def _validate_now(epoch: int, freq) -> bool:
 def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validation_data=None,
         callbacks=None, steps_per_epoch=None, shuffle=True, seed=None, verbose="auto",
         sample_weight=None, **fit_kwargs):
-    """Train ``model`` with a ParameterServerStrategy; returns the Keras ``History``.
+    """Train ``model`` with a ParameterServerStrategy on the workers of its cluster.
 
-    Called by :func:`tfdistributed.fit`; see the module docstring for how data, steps, metrics
-    and callbacks work. ``x`` is arrays (with ``y``), a ``tf.data.Dataset`` of global batches, or
-    a function ``input_context -> tf.data.Dataset``. ``steps_per_epoch`` defaults to
-    ``len(x) // batch_size`` for arrays and to the dataset's length for a finite dataset.
-    ``validation_data`` (``(x_val, y_val)`` or a dataset) is evaluated on the chief after every
-    epoch. Extra options: ``checkpoint_dir`` (a ``tf.train.Checkpoint`` of model and optimizer
-    each epoch; an existing one is restored and training resumes after its epoch) and
-    ``initial_epoch``.
+    :func:`tfdistributed.fit` comes here (through :func:`fit_planned`) for parameter-server
+    strategies; see the module docstring for how data, steps, metrics and callbacks work.
+
+    Args:
+        model: a Keras model built and compiled inside ``strategy.scope()``.
+        x, y, sample_weight: arrays (with ``y``), a ``tf.data.Dataset`` of global batches, or
+            a function ``input_context -> tf.data.Dataset`` (each worker's own dataset).
+        strategy: the ``ParameterServerStrategy``.
+        epochs, batch_size, callbacks, shuffle, seed: as in :func:`tfdistributed.fit`.
+        validation_data: ``(x_val, y_val[, sample_weight_val])`` arrays or a dataset, evaluated
+            on the chief after every epoch (every ``validation_freq`` epochs).
+        steps_per_epoch: default: ``len(x) // batch_size`` for arrays, the dataset's length for
+            a finite dataset; needed for a dataset function.
+        verbose: ``"auto"`` (one line per epoch), 0, 1 or 2.
+        **fit_kwargs: ``checkpoint_dir`` (a ``tf.train.Checkpoint`` of model and optimizer each
+            epoch; an existing one is restored and training resumes after its epoch),
+            ``initial_epoch``, ``validation_freq``, ``validation_steps``.
+
+    Returns:
+        The Keras ``History``.
+
+    Raises:
+        ArgumentTypeError: an argument this trainer does not take, or that does not fit the
+            input (as :func:`tfdistributed.data.plan_input` says).
+        TrainingError: ``steps_per_epoch`` is needed, or the data is less than one batch.
+        ShardingError: a dataset has fewer batches than there are workers.
+
+    Example:
+        >>> strategy = make_strategy("parameter_server")            # doctest: +SKIP
+        >>> fit(model, x, y, strategy=strategy, epochs=5, batch_size=64,
+        ...     checkpoint_dir="/shared/ckpt")                     # doctest: +SKIP
     """
-    import keras
-    import tensorflow as tf
+    _check_extras(fit_kwargs)
+    plan = _plan("fit", x, y, strategy=strategy, batch_size=batch_size,
+                 sample_weight=sample_weight, validation_data=validation_data, shuffle=shuffle,
+                 seed=seed)
+    return fit_planned(model, plan, strategy=strategy, epochs=epochs, callbacks=callbacks,
+                       steps_per_epoch=steps_per_epoch, verbose=verbose, **fit_kwargs)
 
+
+def _check_extras(fit_kwargs) -> None:
     unknown = sorted(set(fit_kwargs) - set(_FIT_EXTRAS))
     if unknown:
         raise ArgumentTypeError(
             f"fit() under 'parameter_server' does not take {unknown}; it takes the common fit() "
             f"arguments plus {list(_FIT_EXTRAS)}.")
+
+
+def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_epoch=None,
+                verbose="auto", **fit_kwargs):
+    """:func:`fit` for an input already planned by :func:`tfdistributed.data.plan_input`.
+
+    Returns:
+        The Keras ``History``.
+    """
+    import keras
+    import tensorflow as tf
+
+    _check_extras(fit_kwargs)
     initial_epoch = as_int(fit_kwargs.get("initial_epoch", 0), "initial_epoch", minimum=0)
     validation_freq = fit_kwargs.get("validation_freq", 1)
     validation_steps = as_int(fit_kwargs.get("validation_steps"), "validation_steps", minimum=1,
                               allow_none=True)
-    dataset_fn, element_spec, examples = _train_source(
-        x, y, sample_weight, strategy=strategy, batch_size=batch_size, shuffle=shuffle, seed=seed)
-    steps = _steps_per_epoch(steps_per_epoch, x, examples)
-    if validation_data is not None:
-        if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
-            x_val, y_val, *sw_val = validation_data
-            validation_data = _batches(x_val, y_val, (sw_val or [None])[0], batch_size, what="fit")
-        elif not isinstance(validation_data, tf.data.Dataset):
-            raise ArgumentTypeError("fit(): validation_data must be (x_val, y_val[, sample_weight]) "
-                                    "arrays or a tf.data.Dataset of batches.")
+    dataset_fn, element_spec = _train_source(plan)
+    steps = plan.steps_per_epoch(steps_per_epoch)
+    validation_data = plan.validation_dataset()
     _build(model, strategy, element_spec)
     evaluate_inline = _inline_evaluator(model)
 
@@ -413,7 +424,7 @@ def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validatio
             # The checkpoint's number is the count of epochs it had completed.
             initial_epoch = max(initial_epoch, int(manager.latest_checkpoint.rsplit("-", 1)[1]))
 
-    iterator = _per_worker_iterator(strategy, dataset_fn)
+    iterator = _per_worker_iterator(strategy, dataset_fn, plan.workers)
 
     step_fn = _step_fn(model)
 
@@ -454,37 +465,80 @@ def fit(model, x=None, y=None, *, strategy, epochs=1, batch_size=None, validatio
 
 def evaluate(model, x=None, y=None, *, strategy, batch_size=None, steps=None, verbose="auto",
              sample_weight=None):
-    """``{"loss": ..., metric: ...}`` of ``model`` over ``x``/``y`` (or a dataset), as floats.
+    """The loss and metrics of ``model`` over ``x``/``y`` (or a dataset), computed on the chief.
 
     Runs inline on the chief, over every example exactly once, in order (see the module
     docstring), so the result equals a single-process evaluation of the same weights.
+
+    Args:
+        model: a Keras model built and compiled inside ``strategy.scope()``.
+        x, y, sample_weight: arrays (with ``y``) or a ``tf.data.Dataset`` of batches.
+        strategy: the ``ParameterServerStrategy``.
+        batch_size: the batch for arrays (default 32).
+        steps: evaluate this many batches only.
+        verbose: unused (one synchronous pass: nothing to report along the way).
+
+    Returns:
+        ``{"loss": ..., metric: ...}`` as floats.
+
+    Raises:
+        ArgumentTypeError: arrays without ``y``, or arguments that do not fit the input.
+
+    Example:
+        >>> evaluate(model, x_test, y_test, strategy=strategy, batch_size=64)    # doctest: +SKIP
+        {'loss': 0.12, 'accuracy': 0.97}
     """
-    del verbose  # one synchronous pass on the chief: nothing to report along the way
-    dataset = _batches(x, y, sample_weight, batch_size, what="evaluate")
+    del verbose
+    plan = _plan("evaluate", x, y, strategy=strategy, batch_size=batch_size,
+                 sample_weight=sample_weight)
+    return evaluate_planned(model, plan, strategy=strategy, steps=steps)
+
+
+def evaluate_planned(model, plan, *, strategy, steps=None):
+    """:func:`evaluate` for an input already planned by :func:`tfdistributed.data.plan_input`."""
+    _need_targets(plan)
+    dataset = plan.dataset()
     _build(model, strategy, dataset.element_spec)
     return _inline_evaluator(model)(dataset, steps)
 
 
 def predict(model, x, batch_size=None):
-    """``model``'s outputs for ``x`` (arrays, or a dataset of batches) as NumPy.
+    """``model``'s outputs for ``x`` as NumPy, computed on the chief.
 
-    Computed on the chief by calling the model directly: ``model.predict`` fails under
-    ParameterServerStrategy.
+    The chief calls the model directly: ``model.predict`` fails under ParameterServerStrategy.
+
+    Args:
+        model: a Keras model (its variables may live on the ps tasks).
+        x: arrays (one array, a dict or a list of arrays), or a ``tf.data.Dataset`` of batches
+            (of inputs, or of ``(inputs, targets)``: the inputs are predicted).
+        batch_size: the batch for arrays (default 32).
+
+    Returns:
+        The outputs, one row per example, in order.
+
+    Raises:
+        ArgumentTypeError: no input, or arrays that are not numeric.
+
+    Example:
+        >>> predict(model, x_test[:50]).shape    # doctest: +SKIP
+        (50, 10)
     """
+    import tensorflow as tf
+
+    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    return predict_planned(model, _plan("predict", x, strategy=strategy, batch_size=batch_size,
+                                        check_shards=False))
+
+
+def predict_planned(model, plan):
+    """:func:`predict` for an input already planned by :func:`tfdistributed.data.plan_input`."""
     import keras
     import numpy as np
     import tensorflow as tf
     from keras import tree
 
-    from .data import DEFAULT_BATCH_SIZE, _as_structure
-
-    if isinstance(x, tf.data.Dataset):
-        dataset = x
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices(_as_structure(x, "x")).batch(
-            as_int(batch_size or DEFAULT_BATCH_SIZE, "batch_size", minimum=1))
     call = tf.function(lambda inputs: model(inputs, training=False), reduce_retracing=True)
     # Like model.predict, a dataset of (x, y) batches is predicted from its x.
     outputs = [tree.map_structure(np.asarray, call(keras.utils.unpack_x_y_sample_weight(batch)[0]))
-               for batch in dataset]
+               for batch in plan.dataset()]
     return tree.map_structure(lambda *parts: np.concatenate(parts), *outputs)

@@ -1,36 +1,52 @@
-"""fit / evaluate a Keras 3 model under any strategy, with one call.
+"""fit / evaluate / predict a Keras 3 model under any strategy, with one call.
 
 ``fit(model, x, y, strategy=...)`` does what users otherwise assemble by hand: checks that the
-model was built and compiled under the strategy's scope, turns arrays into a ``tf.data``
-pipeline with the global batch size and the ``"data"`` shard policy, checks that a dataset can be
-sharded over the workers *before* training, applies the Keras 3 multi-worker repairs
-(:mod:`tfdistributed.compat`), and runs Keras ``fit`` inside the scope. Parameter-server
-strategies go to the coordinator-based trainer in :mod:`tfdistributed.ps`, so user code is the
-same for every strategy.
+model was built and compiled under the strategy's scope, decides what the input is with the
+input plan of :mod:`tfdistributed.data` (arrays become a ``tf.data`` pipeline with the global
+batch size and the ``"data"`` shard policy; a dataset is checked to shard over the workers
+*before* training), applies the Keras 3 repairs (:mod:`tfdistributed.compat`), and runs Keras
+``fit`` inside the scope. Parameter-server strategies go, with the same plan, to the
+coordinator-based trainer in :mod:`tfdistributed.ps`, so user code is the same for every
+strategy. What the strategy is (kind, replicas, input workers) is worked out once per call.
 """
 
 from __future__ import annotations
 
 import os
 
-from . import checkpoints, compat
+from . import _entry, checkpoints, compat, ps
 from ._args import as_int
 from .cluster import is_chief
-from .data import (DEFAULT_BATCH_SIZE, as_arrays, check_sharding,
-                   class_weight_to_sample_weight, make_dataset, split_validation,
-                   with_shard_policy)
-from .errors import ArgumentTypeError, ShardingError, TrainingError
+from .data import plan_input
+from .errors import ArgumentTypeError, TrainingError
 from .strategies import strategy_info, strategy_kind
 
 
 def model_strategy(model):
-    """The strategy ``model`` was created under (TensorFlow's default strategy when none)."""
+    """The strategy ``model`` was created under (TensorFlow's default strategy when none).
+
+    Example:
+        >>> model_strategy(model).num_replicas_in_sync    # doctest: +SKIP
+        2
+    """
     import tensorflow as tf
 
     return getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
 
 
+def _placement(strategy) -> dict:
+    """What the input plan needs to know of ``strategy``: its kind, replicas in sync, and input
+    workers (the workers of a multi-worker or parameter-server job, else 1)."""
+    kind = strategy_kind(strategy)
+    workers = 1
+    if kind in ("multi_worker_mirrored", "parameter_server"):
+        workers = int(strategy_info(strategy)["num_workers"])
+    return {"kind": kind, "replicas": int(strategy.num_replicas_in_sync), "workers": workers}
+
+
 def _check_model(model, strategy, what: str):
+    """``(strategy, placement)`` once ``model`` is known to be a compiled Keras model built
+    under ``strategy`` (default: the strategy it was built under)."""
     import keras
     import tensorflow as tf
 
@@ -39,7 +55,8 @@ def _check_model(model, strategy, what: str):
     built_under = getattr(model, "_distribute_strategy", None)
     if strategy is None:
         strategy = built_under or tf.distribute.get_strategy()
-    kind = strategy_kind(strategy)
+    placement = _placement(strategy)
+    kind = placement["kind"]
     if kind != "default" and built_under is not strategy:
         where = "outside any strategy scope" if built_under is None else \
             f"under another strategy ({strategy_kind(built_under)})"
@@ -58,116 +75,24 @@ def _check_model(model, strategy, what: str):
     if not getattr(model, "compiled", False):
         raise TrainingError(f"The model is not compiled: call model.compile(optimizer=..., loss=...) "
                             f"inside the strategy's scope before {what}().")
-    return strategy
+    return strategy, placement
 
 
-def _check_batch(batch_size, strategy):
-    if batch_size is None:
-        return None
-    batch_size = as_int(batch_size, "batch_size", minimum=1)
-    replicas = int(strategy.num_replicas_in_sync)
-    if batch_size % replicas:
-        per = max(1, batch_size // replicas)
-        raise TrainingError(
-            f"batch_size={batch_size} is the global batch and must divide evenly over the "
-            f"{replicas} replicas in sync; use {per * replicas} (= global_batch_size({per}, "
-            f"strategy)) or {(per + 1) * replicas}.")
-    return batch_size
-
-
-def _num_input_workers(strategy) -> int:
-    return int(strategy_info(strategy)["num_workers"]) if strategy_kind(strategy) == \
-        "multi_worker_mirrored" else 1
-
-
-def _check_dataset_args(x, y, sample_weight, batch_size, what):
-    """Arguments that only make sense with arrays, refused for a dataset before anything else."""
-    import tensorflow as tf
-
-    if not isinstance(x, tf.data.Dataset):
-        return
-    if y is not None or sample_weight is not None:
-        raise ArgumentTypeError(f"{what}(): a tf.data.Dataset already holds the targets; pass "
-                                f"`y`/`sample_weight` only with arrays.")
-    if batch_size is not None:
-        raise ArgumentTypeError(
-            f"{what}(): `batch_size` applies to arrays only; batch the dataset itself with the "
-            f"global batch size (dataset.batch(global_batch_size(per_replica, strategy))).")
-
-
-def _shared_seed(seed, shuffle, strategy):
+def _shared_seed(seed, shuffle, strategy, placement):
     """The shuffle seed; in a multi-worker job one every worker agrees on.
 
     Each worker shuffles its own copy of the arrays and keeps its share of every global batch:
     with different orders, workers would see some examples twice and others never. Without a
     seed from the user, every worker derives the same one from the cluster it belongs to.
     """
-    if seed is not None or not shuffle or _num_input_workers(strategy) < 2:
+    if seed is not None or not shuffle or placement["kind"] != "multi_worker_mirrored" \
+            or placement["workers"] < 2:
         return seed
     import json
     import zlib
 
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()
     return zlib.crc32(json.dumps(cluster, sort_keys=True).encode()) & 0x7FFFFFFF
-
-
-def _as_dataset(x, y, sample_weight, *, strategy, batch_size, shard_policy, shuffle, seed,
-                check_shards, what, label="the training data"):
-    import tensorflow as tf
-
-    _check_dataset_args(x, y, sample_weight, batch_size, what)
-    if isinstance(x, tf.data.Dataset):
-        from .generators import refuse_r_generator_on_main_thread
-
-        refuse_r_generator_on_main_thread(x, what)  # it would hang, not fail
-        dataset = x if shard_policy is None else with_shard_policy(x, shard_policy)
-    else:
-        if x is None:
-            raise ArgumentTypeError(f"{what}() needs data: arrays `x` (and `y`), or a tf.data.Dataset.")
-        dataset = make_dataset(x, y, sample_weight=sample_weight,
-                               batch_size=batch_size or DEFAULT_BATCH_SIZE, shuffle=shuffle,
-                               seed=seed, policy=shard_policy or "data")
-    workers = _num_input_workers(strategy)
-    if check_shards and workers > 1:
-        try:
-            check_sharding(dataset, workers)
-        except ShardingError as e:
-            raise ShardingError(f"{what}(), {label}: {e}") from None
-    return dataset
-
-
-def _validation_parts(validation_data):
-    """``(x, y, sample_weight)`` of array validation data, or ``None`` for a dataset."""
-    import tensorflow as tf
-
-    if validation_data is None or isinstance(validation_data, tf.data.Dataset):
-        return None
-    if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
-        x_val, y_val, *rest = validation_data
-        return x_val, y_val, (rest or [None])[0]
-    raise ArgumentTypeError(
-        "fit(): validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val) "
-        f"arrays, or a tf.data.Dataset of batches; got {type(validation_data).__name__}"
-        + (f" of length {len(validation_data)}" if isinstance(validation_data, (tuple, list)) else "")
-        + ".")
-
-
-def _split_off_validation(x, y, sample_weight, validation_split, validation_data):
-    """Keras' ``validation_split`` for arrays: ``(x, y, sample_weight, validation_data)``."""
-    import tensorflow as tf
-
-    if not validation_split:
-        return x, y, sample_weight, validation_data
-    if isinstance(x, tf.data.Dataset) or callable(x):
-        raise ArgumentTypeError(
-            "fit(): validation_split works with arrays only, since a dataset cannot be split "
-            "without reading it. Pass validation_data= (a separate dataset), or give arrays.")
-    if validation_data is not None:
-        return x, y, sample_weight, validation_data  # Keras: validation_data wins
-    arrays, _ = as_arrays(x, y, sample_weight)
-    train, held_out = split_validation(arrays, validation_split)
-    x, y, sample_weight = (list(train) + [None, None])[:3]
-    return x, y, sample_weight, tuple(held_out)
 
 
 def _verbose(verbose):
@@ -195,7 +120,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         strategy: default: the strategy the model was built under.
         epochs, steps_per_epoch, initial_epoch, validation_steps, validation_freq: as in Keras.
         batch_size: the global batch (arrays only); must divide over the replicas in sync.
-        validation_data: ``(x_val, y_val[, sample_weight_val])`` arrays or a dataset.
+        validation_data: ``(x_val, y_val[, sample_weight_val])`` arrays (the weights, when
+            given, weight the validation loss and metrics, as in Keras) or a dataset.
         validation_split: arrays only: hold out the last fraction of the rows, as Keras does
             (before shuffling, batching and sharding).
         sample_weight, class_weight: as in Keras; with arrays both may be given (the weights
@@ -214,7 +140,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         **fit_kwargs: passed to ``model.fit``.
 
     Returns:
-        The Keras ``History``.
+        The Keras ``History`` (``history.history``: the loss and metrics per epoch, ``val_``
+        ones too with validation data).
 
     Raises:
         TrainingError: the model was not built/compiled under the strategy, or the batch size
@@ -228,46 +155,27 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         >>> fit(model, x, y, epochs=10, batch_size=128, validation_split=0.2)  # doctest: +SKIP
     """
     compat.apply()
-    strategy = _check_model(model, strategy, "fit")
+    strategy, placement = _check_model(model, strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
-    _check_dataset_args(x, y, sample_weight, batch_size, "fit")
-    batch_size = _check_batch(batch_size, strategy)
-    x, y, sample_weight, validation_data = _split_off_validation(
-        x, y, sample_weight, validation_split, validation_data)
-    if class_weight is not None and y is not None:
-        # Arrays: per-example weights, the same under every strategy (Keras' own class_weight
-        # cannot be combined with sample_weight, and the parameter-server trainer has none).
-        sample_weight = class_weight_to_sample_weight(y, class_weight, sample_weight)
-        class_weight = None
-    seed = _shared_seed(seed, shuffle, strategy)
+    plan = plan_input("fit", x, y, **placement, batch_size=batch_size,
+                      sample_weight=sample_weight, class_weight=class_weight,
+                      validation_data=validation_data, validation_split=validation_split,
+                      shuffle=shuffle, seed=_shared_seed(seed, shuffle, strategy, placement),
+                      shard_policy=shard_policy, check_shards=check_shards)
     callbacks = list(callbacks or [])
     if backup_dir is not None:
         callbacks.insert(0, checkpoints.BackupAndRestore(os.fspath(backup_dir)))
     callbacks = checkpoints.safe_callbacks(callbacks)
-    if strategy_kind(strategy) == "parameter_server":
-        from . import ps
-
-        if class_weight is not None:
-            raise ArgumentTypeError("fit(): under 'parameter_server', class_weight works with "
-                                    "arrays; weight a dataset's examples in the dataset itself.")
-        return ps.fit(model, x, y, strategy=strategy, epochs=epochs, batch_size=batch_size,
-                      validation_data=validation_data, callbacks=callbacks,
-                      steps_per_epoch=steps_per_epoch, shuffle=shuffle, seed=seed,
-                      sample_weight=sample_weight, verbose=_verbose(verbose), **fit_kwargs)
-    kwargs = dict(strategy=strategy, batch_size=batch_size, shard_policy=shard_policy, seed=seed,
-                  check_shards=check_shards, what="fit")
-    dataset = _as_dataset(x, y, sample_weight, shuffle=shuffle, **kwargs)
-    parts = _validation_parts(validation_data)
-    if parts is not None:
-        validation_data = _as_dataset(*parts, shuffle=False, label="the validation data", **kwargs)
-    elif validation_data is not None:
-        validation_data = _as_dataset(validation_data, None, None, shuffle=False,
-                                      label="the validation data", **{**kwargs, "batch_size": None})
+    if plan.kind == "parameter_server":
+        return ps.fit_planned(model, plan, strategy=strategy, epochs=epochs, callbacks=callbacks,
+                              steps_per_epoch=steps_per_epoch, verbose=_verbose(verbose),
+                              **fit_kwargs)
+    dataset, validation = plan.dataset(), plan.validation_dataset()
     with strategy.scope():
         return compat.keras_method(model, "fit")(
-            dataset, epochs=epochs, validation_data=validation_data, shuffle=False,
-            callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=class_weight,
+            dataset, epochs=epochs, validation_data=validation, shuffle=False,
+            callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
 
 
@@ -275,28 +183,38 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
              sample_weight=None, steps=None, verbose="auto", check_shards=True, **eval_kwargs):
     """Evaluate ``model`` under ``strategy`` over every example once.
 
-    Args: as :func:`fit` (arrays or a dataset of global batches; ``steps`` limits a dataset).
+    Args:
+        model: a Keras model built and compiled inside ``strategy.scope()``.
+        x, y, sample_weight: arrays (``y`` the targets, ``sample_weight`` one weight per
+            example), or ``x`` a ``tf.data.Dataset`` of ``(inputs, targets[, weights])``
+            batches of the global batch size.
+        strategy: default: the strategy the model was built under.
+        batch_size: the global batch (arrays only); must divide over the replicas in sync.
+        shard_policy, check_shards: as in :func:`fit`.
+        steps: evaluate this many batches only.
+        verbose: as in :func:`fit`.
+        **eval_kwargs: passed to ``model.evaluate`` (not under ``parameter_server``, where the
+            chief evaluates by itself).
 
     Returns:
         ``{"loss": ..., metric: ...}`` as floats: the global values over all replicas/workers.
+
+    Raises:
+        TrainingError, ArgumentTypeError, ShardingError: as :func:`fit`.
 
     Example:
         >>> evaluate(model, x_test, y_test, batch_size=128)    # doctest: +SKIP
         {'loss': 0.12, 'accuracy': 0.97}
     """
     compat.apply()
-    strategy = _check_model(model, strategy, "evaluate")
-    _check_dataset_args(x, y, sample_weight, batch_size, "evaluate")
-    batch_size = _check_batch(batch_size, strategy)
+    strategy, placement = _check_model(model, strategy, "evaluate")
     steps = as_int(steps, "steps", minimum=1, allow_none=True)
-    if strategy_kind(strategy) == "parameter_server":
-        from . import ps
-
-        return ps.evaluate(model, x, y, strategy=strategy, batch_size=batch_size, steps=steps,
-                           sample_weight=sample_weight, verbose=_verbose(verbose))
-    dataset = _as_dataset(x, y, sample_weight, strategy=strategy, batch_size=batch_size,
-                          shard_policy=shard_policy, shuffle=False, seed=None,
-                          check_shards=check_shards, what="evaluate", label="the data")
+    plan = plan_input("evaluate", x, y, **placement, batch_size=batch_size,
+                      sample_weight=sample_weight, shard_policy=shard_policy,
+                      check_shards=check_shards)
+    if plan.kind == "parameter_server":
+        return ps.evaluate_planned(model, plan, strategy=strategy, steps=steps)
+    dataset = plan.dataset()
     eval_kwargs.pop("return_dict", None)
     with strategy.scope():
         result = compat.keras_method(model, "evaluate")(
@@ -305,28 +223,37 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
 
 
 def predict(model, x, *, strategy=None, batch_size=None, verbose=0):
-    """The model's outputs for ``x`` (arrays or a dataset of batches) as NumPy, under any strategy.
+    """The model's outputs for ``x`` as NumPy, under any strategy.
 
     Under parameter-server strategies ``model.predict`` fails, so the chief calls the model
     directly (:func:`tfdistributed.ps.predict`).
+
+    Args:
+        model: a Keras model built and compiled inside ``strategy.scope()``.
+        x: arrays (one array, a dict or a list of arrays), or a ``tf.data.Dataset`` of batches
+            (of inputs, or of ``(inputs, targets)``: the inputs are predicted).
+        strategy: default: the strategy the model was built under.
+        batch_size: the batch for arrays (default 32); ignored for a dataset.
+        verbose: Keras' progress output (silent by default).
+
+    Returns:
+        The outputs, one row per example, in order (a structure of arrays for several outputs).
+
+    Raises:
+        TrainingError: the model was not built/compiled under the strategy.
+        ArgumentTypeError: no input, or arrays that are not numeric.
 
     Example:
         >>> predict(model, x_test, batch_size=128).shape    # doctest: +SKIP
         (450, 10)
     """
-    import tensorflow as tf
-
     compat.apply()
-    strategy = _check_model(model, strategy, "predict")
-    batch_size = as_int(batch_size, "batch_size", minimum=1, allow_none=True)
-    if strategy_kind(strategy) == "parameter_server":
-        from . import ps
-
-        return ps.predict(model, x, batch_size=batch_size)
-    if not isinstance(x, tf.data.Dataset):
-        x = make_dataset(x, batch_size=batch_size or DEFAULT_BATCH_SIZE)
+    strategy, placement = _check_model(model, strategy, "predict")
+    plan = plan_input("predict", x, **placement, batch_size=batch_size, check_shards=False)
+    if plan.kind == "parameter_server":
+        return ps.predict_planned(model, plan)
     with strategy.scope():
-        return compat.keras_method(model, "predict")(x, verbose=verbose)
+        return compat.keras_method(model, "predict")(plan.dataset(), verbose=verbose)
 
 
 def _keras_call(method, model, args, kwargs):
@@ -343,7 +270,14 @@ def _keras_call(method, model, args, kwargs):
 
 def fit_from_keras(model, *args, **kwargs):
     """``model.fit(...)`` with Keras' own arguments, run by :func:`fit` (routed here by the
-    ``strategy_aware_fit`` repair for strategies Keras cannot train under)."""
+    ``strategy_aware_fit`` repair for strategies Keras cannot train under).
+
+    Returns:
+        The Keras ``History``.
+
+    Raises:
+        ArgumentTypeError: arguments ``model.fit`` would not take.
+    """
     call = _keras_call("fit", model, args, kwargs)
     call.pop("validation_batch_size", None)
     if not call.get("validation_split"):
@@ -376,3 +310,9 @@ def predict_from_keras(model, *args, **kwargs):
     call = _keras_call("predict", model, args, kwargs)
     return predict(model, call.get("x"), batch_size=call.get("batch_size"),
                    verbose=call.get("verbose", 0))
+
+
+# compat (plain model.fit under parameter-server strategies) and generators (an R generator's
+# training thread) reach these through tfdistributed._entry, without importing this module.
+_entry.register(fit=fit, evaluate=evaluate, predict=predict, fit_from_keras=fit_from_keras,
+                evaluate_from_keras=evaluate_from_keras, predict_from_keras=predict_from_keras)
