@@ -134,3 +134,140 @@ def test_poisoned_cache_is_explained():
     ds = ds.filter(lambda x: x > 100).batch(2)  # and nothing survives the filter
     with pytest.raises(ShardingError, match="caches in memory"):
         tfd.check_sharding(ds, 2, "data")
+
+
+# --- the input plan: one set of rules for the collective and the parameter-server paths --------
+
+KINDS = [dict(kind="mirrored", replicas=2, workers=1),
+         dict(kind="multi_worker_mirrored", replicas=2, workers=2),
+         dict(kind="parameter_server", replicas=1, workers=2)]
+
+
+def _arrays(n=40):
+    x = np.arange(n * 2, dtype="float64").reshape(n, 2)
+    return x, np.arange(n) % 3, np.linspace(0.5, 1.5, n)
+
+
+@pytest.mark.parametrize("where", KINDS, ids=lambda k: k["kind"])
+def test_plan_batches_arrays_with_keras_default(where):
+    from tfdistributed.data import DEFAULT_BATCH_SIZE, plan_input
+
+    x, y, _ = _arrays(70)
+    plan = plan_input("fit", x, y, **where)
+    assert plan.source == "arrays" and plan.num_examples == 70
+    assert plan.global_batch == DEFAULT_BATCH_SIZE == 32
+    assert plan.per_replica_batch == 32 // where["replicas"]
+    if where["kind"] != "parameter_server":
+        assert [int(b[0].shape[0]) for b in plan.dataset()] == [32, 32, 6]
+    assert plan.steps_per_epoch() == 2
+    assert plan_input("fit", x, y, batch_size=64, **where).per_replica_batch == \
+        64 // where["replicas"]
+
+
+@pytest.mark.parametrize("where", KINDS, ids=lambda k: k["kind"])
+def test_plan_validation_data_keeps_its_sample_weights(where):
+    from tfdistributed.data import plan_input
+
+    x, y, w = _arrays()
+    plan = plan_input("fit", x, y, validation_data=(x[:10], y[:10], w[:10]), batch_size=4,
+                      **where)
+    x_val, y_val, w_val = plan.validation
+    np.testing.assert_array_equal(w_val, w[:10].astype("float32"))
+    batches = list(plan.validation_dataset())
+    assert [len(b) for b in batches] == [3, 3, 3]  # (x, y, sample_weight) in every batch
+    np.testing.assert_allclose(np.concatenate([b[2] for b in batches]), w[:10], rtol=1e-6)
+    two_parts = plan_input("fit", x, y, validation_data=[x[:10], y[:10]], batch_size=4, **where)
+    assert two_parts.validation[2] is None
+    assert all(len(b) == 2 for b in two_parts.validation_dataset())
+
+
+@pytest.mark.parametrize("where", KINDS, ids=lambda k: k["kind"])
+def test_plan_refuses_alike_on_every_path(where):
+    import tensorflow as tf
+
+    from tfdistributed.data import plan_input
+
+    x, y, _ = _arrays()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    with pytest.raises(tfd.ArgumentTypeError, match="already holds the targets"):
+        plan_input("fit", ds, y, **where)
+    with pytest.raises(tfd.ArgumentTypeError, match="applies to arrays only"):
+        plan_input("fit", ds, batch_size=4, **where)
+    with pytest.raises(tfd.ArgumentTypeError, match="validation_split works with arrays only"):
+        plan_input("fit", ds, validation_split=0.2, **where)
+    with pytest.raises(tfd.ArgumentTypeError, match="validation_data must be .* of length 1"):
+        plan_input("fit", x, y, validation_data=(x,), **where)
+    with pytest.raises(tfd.ArgumentTypeError, match="needs data"):
+        plan_input("evaluate", None, **where)
+    if where["replicas"] > 1:
+        with pytest.raises(tfd.TrainingError, match="use 62 .*or 64"):
+            plan_input("fit", x, y, batch_size=63, **where)
+
+
+def test_plan_validation_split_takes_the_last_rows_of_every_part():
+    from tfdistributed.data import plan_input
+
+    x, y, w = _arrays()
+    plan = plan_input("fit", x, y, sample_weight=w, validation_split=0.25, kind="default")
+    assert plan.num_examples == 30 and len(plan.y) == len(plan.sample_weight) == 30
+    x_val, y_val, w_val = plan.validation
+    np.testing.assert_array_equal(x_val, x[30:].astype("float32"))
+    np.testing.assert_array_equal(y_val, y[30:])
+    np.testing.assert_allclose(w_val, w[30:], rtol=1e-6)
+    # Without targets, the weights stay weights (they are not taken for `y`).
+    no_y = plan_input("fit", x, sample_weight=w, validation_split=0.25, kind="default")
+    assert no_y.y is None and len(no_y.sample_weight) == 30
+    assert no_y.validation[1] is None and len(no_y.validation[2]) == 10
+    # validation_data wins over validation_split, as in Keras.
+    both = plan_input("fit", x, y, validation_split=0.25, validation_data=(x[:5], y[:5]),
+                      kind="default")
+    assert both.num_examples == 40 and len(both.validation[0]) == 5
+
+
+@pytest.mark.parametrize("where", KINDS, ids=lambda k: k["kind"])
+def test_plan_class_weight(where):
+    import tensorflow as tf
+
+    from tfdistributed.data import plan_input
+
+    x, y, w = _arrays()
+    plan = plan_input("fit", x, y, sample_weight=w, class_weight={0: 1.0, 1: 2.0, 2: 3.0},
+                      **where)
+    assert plan.class_weight is None
+    np.testing.assert_allclose(plan.sample_weight, w * (1 + y), rtol=1e-6)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    if where["kind"] == "parameter_server":
+        with pytest.raises(tfd.ArgumentTypeError, match="class_weight works with arrays"):
+            plan_input("fit", ds, class_weight={0: 1.0}, **where)
+    else:  # Keras applies it to the dataset's batches
+        assert plan_input("fit", ds, class_weight={0: 1.0}, **where).class_weight == {0: 1.0}
+
+
+def test_plan_dataset_function_is_for_parameter_server_fit_only():
+    from tfdistributed.data import plan_input
+
+    def dataset_fn(context):
+        raise AssertionError("not called by the plan")
+
+    plan = plan_input("fit", dataset_fn, kind="parameter_server", workers=2)
+    assert plan.source == "function"
+    with pytest.raises(tfd.TrainingError, match="steps_per_epoch"):
+        plan.steps_per_epoch()
+    assert plan.steps_per_epoch(7) == 7
+    with pytest.raises(tfd.ArgumentTypeError, match="builds its own targets"):
+        plan_input("fit", dataset_fn, np.zeros(3), kind="parameter_server")
+    with pytest.raises(tfd.ArgumentTypeError, match="for fit\\(\\) under 'parameter_server'"):
+        plan_input("fit", dataset_fn, kind="mirrored", replicas=2)
+
+
+def test_plan_checks_shards_of_a_multi_worker_dataset(digits_tfds_dir):
+    from tfdistributed.data import plan_input
+
+    train = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir).batch(32)
+    plan = plan_input("fit", train, kind="multi_worker_mirrored", workers=2)
+    with pytest.raises(ShardingError, match="fit\\(\\), the training data: .*'data'"):
+        plan.dataset()
+    assert tfd.shard_policy(plan_input("fit", train, kind="multi_worker_mirrored", workers=2,
+                                       shard_policy="data").dataset()) == "data"
+    # The parameter-server chief evaluates by itself: nothing to shard there.
+    assert plan_input("evaluate", train, kind="parameter_server", workers=2).dataset() is train

@@ -3,9 +3,11 @@
 Three cluster runs, each shared by several tests (module-scoped fixtures), chief script
 tests/python/scripts/ps_train.py:
 
-- chief + 2 workers + 1 ps train the digits model through tfdistributed.fit / evaluate;
+- chief + 2 workers + 1 ps train the digits model through tfdistributed.fit / evaluate, then
+  one more epoch with weighted validation data;
 - 2 ps tasks and a partitioner split a large Embedding across both and still train;
-- the chief SIGKILLs one worker mid-training; launch() lets the job finish with the other.
+- the chief SIGKILLs one worker as epoch 2 begins and waits for its death before scheduling the
+  epoch; launch() lets the job finish with the other worker.
 """
 
 import json
@@ -16,7 +18,7 @@ import pytest
 
 import tfdistributed as tfd
 from tfdistributed import ArgumentTypeError, TrainingError, ps
-from tfdistributed.demo import build_model
+from models import digits_model
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ps_train.py")
 TIMEOUT = 240
@@ -58,8 +60,9 @@ def partitioned(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def worker_killed(tmp_path_factory):
-    """The chief SIGKILLs worker 1, a server launch() started, early in epoch 2: launch() must
-    let the job go on, since the coordinator re-runs the lost worker's steps on the other."""
+    """The chief SIGKILLs worker 1, a server launch() started, as epoch 2 begins, and waits
+    until it is dead before scheduling that epoch's steps: launch() must let the job go on, and
+    the coordinator must run the steps it could not give the lost worker on the other one."""
     outdir = str(tmp_path_factory.mktemp("ps-kill"))
     launched = tfd.launch(SCRIPT, workers=2, ps=1, chief=True, args=[outdir, "kill"],
                           timeout=TIMEOUT, env=ENV, echo=False)
@@ -71,7 +74,7 @@ def worker_killed(tmp_path_factory):
 
 def _digits_model():
     """The chief's model, without a strategy: to evaluate its weights in a plain process."""
-    return build_model(tfd.make_strategy("default"), seed=None, learning_rate=0.01)
+    return digits_model(tfd.make_strategy("default"), seed=None, learning_rate=0.01)
 
 
 def _weights(outdir):
@@ -94,6 +97,17 @@ def test_fit_trains_digits_with_history_and_callbacks(trained):
     assert result["iterations"] == EPOCHS * result["steps_per_epoch"]
     # Validation after the last epoch and evaluate() see the same weights and data.
     assert history["val_accuracy"][-1] == pytest.approx(result["evaluate"]["accuracy"])
+
+
+@pytest.mark.cluster
+def test_validation_data_sample_weights_are_used(trained):
+    """(x_val, y_val, sample_weight_val): the third part weights the validation loss, as
+    evaluate(sample_weight=) and the weighted loss computed from the predictions say."""
+    _, result = trained
+    weighted = result["weighted_evaluate"]["loss"]
+    assert result["weighted_val_loss"] == pytest.approx(weighted, rel=1e-5)
+    assert weighted == pytest.approx(result["weighted_evaluate_by_hand"], rel=1e-4)
+    assert abs(weighted - result["unweighted_evaluate"]["loss"]) > 1e-3
 
 
 @pytest.mark.cluster

@@ -5,7 +5,7 @@ import pytest
 
 import tfdistributed as tfd
 from tfdistributed import TrainingError
-from tfdistributed.demo import build_model as build_digits_model
+from models import digits_model as build_digits_model
 
 
 def test_mirrored_on_two_logical_cpus_reaches_090(digits):
@@ -34,15 +34,32 @@ def test_fit_and_evaluate_under_each_kind(digits, name):
     assert 0.5 < metrics["accuracy"] <= 1.0
 
 
-def test_tf_dataset_input_with_shard_policy(digits_tfds_dir):
+def test_tf_dataset_input_with_shard_policy(digits_tfds_dir, digits):
+    """A TFDS dataset with a shard policy trains like the same examples as arrays, keeps its
+    policy through map/batch, and fit(shard_policy=) sets the policy of what Keras reads."""
     import tensorflow as tf
 
+    from tfdistributed import data
+
+    def scaled(split, **kwargs):
+        dataset = tfd.load_tfds("sklearn_digits", split, digits_tfds_dir, **kwargs)
+        return dataset.map(lambda i, l: (tf.cast(i, tf.float32) / 255.0, l)).batch(64)
+
     strategy = tfd.make_strategy("mirrored")
-    model = build_digits_model(strategy)
-    train = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir, shard_policy="data")
-    train = train.map(lambda i, l: (tf.cast(i, tf.float32) / 255.0, l)).batch(64)
-    history = tfd.fit(model, train, epochs=2, verbose=0)
-    assert len(history.history["loss"]) == 2
+    train = scaled("train", shard_policy="data")
+    assert tfd.shard_policy(train) == "data"
+    from_tfds = build_digits_model(strategy, seed=4)
+    history = tfd.fit(from_tfds, train, epochs=2, verbose=0).history["loss"]
+    assert len(history) == 2 and history[1] < history[0]
+    # Every test example read once: the same numbers as the test arrays (which TFDS stored as
+    # uint8, in another order).
+    _, (xt, yt) = digits
+    test = tfd.evaluate(from_tfds, scaled("test"), verbose=0)
+    expected = tfd.evaluate(from_tfds, np.round(xt * 255) / 255, yt, batch_size=64, verbose=0)
+    assert test["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-6)
+    assert test["loss"] == pytest.approx(expected["loss"], rel=1e-4)
+    plan = data.plan_input("fit", scaled("train"), kind="mirrored", replicas=2, shard_policy="off")
+    assert tfd.shard_policy(plan.dataset()) == "off"
 
 
 def test_global_batch_loss_matches_single_device(digits):
@@ -57,6 +74,29 @@ def test_global_batch_loss_matches_single_device(digits):
         losses[name] = tfd.fit(model, x, y, epochs=2, batch_size=64, shuffle=False,
                                verbose=0).history["loss"]
     np.testing.assert_allclose(losses["mirrored"], losses["one_device"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["one_device", "mirrored"])
+def test_validation_data_sample_weights_weight_the_validation_metrics(digits, name):
+    """(x_val, y_val, sample_weight_val): the third part is used, on one device and on 2
+    replicas, and equals the weighted loss computed from the model's own predictions."""
+    import keras
+
+    (x, y), (xt, yt) = digits
+    weights = np.linspace(0.2, 2.0, len(yt)).astype("float32")
+    model = build_digits_model(tfd.make_strategy(name), seed=2)
+    history = tfd.fit(model, x[:640], y[:640], epochs=1, batch_size=64, shuffle=False, verbose=0,
+                      validation_data=(xt, yt, weights)).history
+    losses = keras.losses.sparse_categorical_crossentropy(
+        yt, model(xt).numpy(), from_logits=True).numpy()
+    # Keras: per batch, sum(weight x loss) / batch size; batches averaged by their size.
+    assert history["val_loss"][0] == pytest.approx(float(np.sum(weights * losses) / len(yt)),
+                                                   rel=1e-5)
+    unweighted = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
+    assert abs(history["val_loss"][0] - unweighted["loss"]) > 1e-3
+    weighted = tfd.evaluate(model, xt, yt, batch_size=64, sample_weight=weights, verbose=0)
+    assert weighted["loss"] == pytest.approx(history["val_loss"][0], rel=1e-5)
+    assert weighted["accuracy"] == pytest.approx(history["val_accuracy"][0], rel=1e-6)
 
 
 def test_model_built_outside_the_scope(digits):

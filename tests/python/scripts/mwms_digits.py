@@ -10,6 +10,7 @@ of the previous epoch is on disk (a machine failure at a known point).
 import argparse
 import json
 import os
+import sys
 
 import tfdistributed as tfd
 
@@ -29,9 +30,10 @@ ns = parser.parse_args()
 strategy = tfd.make_strategy("auto")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from tfdistributed.demo import build_model  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from models import digits_model  # noqa: E402  (tests/python/models.py)
 
-model = build_model(strategy, seed=1, learning_rate=0.01)
+model = digits_model(strategy, seed=1, learning_rate=0.01)
 
 callbacks = []
 if ns.kill_at is not None:

@@ -1,9 +1,11 @@
 """Chief of a parameter-server cluster for tests/python/test_ps.py.
 
-    ps_train.py OUTDIR train                 digits through tfdistributed.fit/evaluate/predict
+    ps_train.py OUTDIR train                 digits through tfdistributed.fit/evaluate/predict,
+                                             then one epoch with weighted validation data
     ps_train.py OUTDIR partition             2 ps tasks: a big Embedding split over both; then
                                              digits from a tf.data.Dataset and a dataset function
-    ps_train.py OUTDIR kill PID              SIGKILL worker PID during epoch 2; training goes on
+    ps_train.py OUTDIR kill                  SIGKILL worker 1 as epoch 2 begins, wait until it
+                                             is dead, then schedule the epoch; training goes on
 
 Writes OUTDIR/result.json (and OUTDIR/weights.npz for ``train``) for the test to check.
 """
@@ -12,13 +14,13 @@ import json
 import os
 import signal
 import sys
-import threading
 
 import numpy as np
 
 import tfdistributed as tfd
 from tfdistributed import ps
-from tfdistributed.demo import build_model
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from models import digits_model as build_model  # noqa: E402  (tests/python/models.py)
 
 EPOCHS = 12
 BATCH = 64
@@ -61,7 +63,33 @@ def train(outdir):
             "epochs_seen": seen, "evaluate": result, "iterations": iterations,
             "steps_per_epoch": len(x_train) // BATCH,
             "predict_shape": list(predictions.shape),
-            "predict_accuracy": float(np.mean(predictions.argmax(-1) == y_test[:50]))}
+            "predict_accuracy": float(np.mean(predictions.argmax(-1) == y_test[:50])),
+            **weighted_validation(model, x_train, y_train, x_test, y_test)}
+
+
+def weighted_validation(model, x_train, y_train, x_test, y_test):
+    """One more epoch with (x_val, y_val, sample_weight_val): its validation numbers and the
+    chief's evaluation of the same weights, with and without those weights."""
+    weights = np.linspace(0.2, 2.0, len(y_test)).astype("float32")
+    history = tfd.fit(model, x_train, y_train, epochs=1, batch_size=BATCH, seed=0,
+                      validation_data=(x_test, y_test, weights))
+    return {"weighted_val_loss": history.history["val_loss"][0],
+            "weighted_evaluate": tfd.evaluate(model, x_test, y_test, batch_size=BATCH,
+                                              sample_weight=weights),
+            "unweighted_evaluate": tfd.evaluate(model, x_test, y_test, batch_size=BATCH),
+            "weighted_evaluate_by_hand": weighted_loss_by_hand(model, x_test, y_test, weights)}
+
+
+def weighted_loss_by_hand(model, x, y, weights):
+    """Keras' weighted loss computed from the model's own predictions: per batch, the sum of
+    weight x loss over the batch size, averaged over batches weighted by their size."""
+    import keras
+
+    logits = ps.predict(model, x)
+    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True).numpy()
+    per_batch = [(np.sum(weights[i:i + BATCH] * losses[i:i + BATCH]), len(losses[i:i + BATCH]))
+                 for i in range(0, len(y), BATCH)]
+    return float(sum(total for total, _ in per_batch) / sum(n for _, n in per_batch))
 
 
 def partition(outdir):
@@ -123,18 +151,23 @@ def other_inputs(strategy):
 
 def kill(outdir, pid):
     import keras
+    import psutil
 
     strategy = tfd.make_strategy("parameter_server")
     (x_train, y_train), (x_test, y_test) = tfd.digits_arrays()
     model = digits_model(strategy)
     killed = []
+    victim = psutil.Process(pid)
 
     class KillWorker(keras.callbacks.Callback):
-        # From a timer, so the kill lands just after epoch 2's steps were handed to the workers.
+        # At a known point: as epoch 2 begins, before its steps are scheduled. The worker is
+        # dead before the coordinator hands it any of them, so every step it is given fails and
+        # must be run by the other worker for the epoch to finish.
         def on_epoch_begin(self, epoch, logs=None):
             if epoch == 1:
-                threading.Timer(0.05, lambda: (os.kill(pid, signal.SIGKILL),
-                                               killed.append(epoch))).start()
+                os.kill(pid, signal.SIGKILL)
+                victim.wait(timeout=60)  # raises psutil.TimeoutExpired if it does not die
+                killed.append(epoch)
 
     history = tfd.fit(model, x_train, y_train, epochs=6, batch_size=BATCH, seed=0,
                       callbacks=[KillWorker()])
