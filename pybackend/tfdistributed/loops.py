@@ -14,6 +14,7 @@ replicas gives the same loss and update as one device on the same global batch.
 
 from __future__ import annotations
 
+from . import compat
 from ._args import as_int
 from .errors import ArgumentTypeError
 
@@ -35,7 +36,22 @@ def _per_example_loss_fn(loss):
 
 
 def compute_loss(per_example_loss, global_batch_size, regularization_losses=(), sample_weight=None):
-    """The replica's share of the global mean loss, plus its share of regularization."""
+    """The replica's share of the global mean loss, plus its share of regularization.
+
+    Args:
+        per_example_loss: this replica's losses, one per example.
+        global_batch_size: the examples of the step over all replicas (the divisor).
+        regularization_losses: the model's regularization terms (``model.losses``); each
+            replica adds them once, so they are divided by the replicas in sync.
+        sample_weight: optional per-example weights.
+
+    Returns:
+        A scalar tensor: summed over the replicas, the global mean loss.
+
+    Example:
+        >>> compute_loss(tf.constant([1.0, 2.0, 3.0, 4.0]), 8)    # doctest: +SKIP
+        <tf.Tensor: shape=(), dtype=float32, numpy=1.25>
+    """
     import tensorflow as tf
 
     loss = tf.nn.compute_average_loss(per_example_loss, sample_weight=sample_weight,
@@ -48,12 +64,29 @@ def compute_loss(per_example_loss, global_batch_size, regularization_losses=(), 
 def make_train_step(model, loss, optimizer, strategy, global_batch_size):
     """A ``tf.function`` that runs one distributed training step and returns the global loss.
 
-    ``loss`` is a Keras loss (its reduction is replaced by per-example) or a function returning
-    per-example losses; ``optimizer`` must be created under ``strategy.scope()``. The step takes
-    one element of ``strategy.experimental_distribute_dataset(...)`` (``(x, y)``).
+    Args:
+        model: a Keras model built under ``strategy.scope()``.
+        loss: a Keras loss (object or name; its reduction is replaced by per-example) or a
+            function ``(y_true, y_pred)`` returning per-example losses.
+        optimizer: a Keras optimizer created under ``strategy.scope()``.
+        strategy: the ``tf.distribute.Strategy``.
+        global_batch_size: the batch of one step over all replicas.
+
+    Returns:
+        ``step(batch)``: takes one element of ``strategy.experimental_distribute_dataset(...)``
+        (``(x, y)``), updates the weights, returns the global mean loss (a scalar tensor).
+
+    Raises:
+        ArgumentTypeError: ``loss`` is not a loss, or ``global_batch_size`` not a whole number.
+
+    Example:
+        >>> step = make_train_step(model, "sparse_categorical_crossentropy", optimizer,
+        ...                        strategy, global_batch_size=64)        # doctest: +SKIP
+        >>> loss = step(next(iter(strategy.experimental_distribute_dataset(ds))))  # doctest: +SKIP
     """
     import tensorflow as tf
 
+    compat.apply()
     global_batch_size = as_int(global_batch_size, "global_batch_size", minimum=1)
     per_example = _per_example_loss_fn(loss)
     # Slot variables (Adam's moments...) must exist before tracing: created lazily inside the
@@ -89,7 +122,15 @@ def _summed_step(replica_step, strategy):
 
 
 def make_eval_step(model, loss, strategy, global_batch_size):
-    """Like :func:`make_train_step`, without the update: the global mean loss of a batch."""
+    """Like :func:`make_train_step`, without the update: the global mean loss of a batch.
+
+    Returns:
+        ``step(batch)`` returning the global mean loss of one distributed batch.
+
+    Example:
+        >>> step = make_eval_step(model, loss, strategy, global_batch_size=64)    # doctest: +SKIP
+    """
+    compat.apply()
     global_batch_size = as_int(global_batch_size, "global_batch_size", minimum=1)
     per_example = _per_example_loss_fn(loss)
 
@@ -100,10 +141,22 @@ def make_eval_step(model, loss, strategy, global_batch_size):
 
 
 def train_loop(model, dataset, *, loss, optimizer, strategy, global_batch_size, epochs=1):
-    """Run :func:`make_train_step` over ``dataset`` for ``epochs``; returns the mean loss per epoch.
+    """Run :func:`make_train_step` over ``dataset`` for ``epochs``.
 
-    ``dataset`` yields ``(x, y)`` batches of ``global_batch_size`` (drop the remainder, or the
-    last batch is averaged over fewer examples than the divisor assumes).
+    Args:
+        model, loss, optimizer, strategy, global_batch_size: as :func:`make_train_step`.
+        dataset: a ``tf.data.Dataset`` of ``(x, y)`` batches of ``global_batch_size`` (drop the
+            remainder, or the last batch is averaged over fewer examples than the divisor
+            assumes).
+        epochs: passes over ``dataset``.
+
+    Returns:
+        The mean loss of each epoch, as a list of floats.
+
+    Example:
+        >>> train_loop(model, ds, loss="sparse_categorical_crossentropy", optimizer=optimizer,
+        ...            strategy=strategy, global_batch_size=64, epochs=3)   # doctest: +SKIP
+        [1.9, 1.2, 0.8]
     """
     epochs = as_int(epochs, "epochs", minimum=1)
     step = make_train_step(model, loss, optimizer, strategy, global_batch_size)
