@@ -36,6 +36,20 @@ def write_path(path, config=None) -> str:
     Only :func:`~tfdistributed.cluster.is_checkpoint_writer` tasks get ``path``: the chief (or
     worker 0 without one, or a parameter-server coordinator). Every other task, the evaluator
     included although TensorFlow calls it a chief, gets its own temporary path.
+
+    Args:
+        path: where the save is meant to go.
+        config: a TF_CONFIG (dict or JSON); default: this process's.
+
+    Returns:
+        ``path`` on the writer, else ``<dir>/.workertemp_<type>_<index>/<name>``.
+
+    Raises:
+        ClusterConfigError: a malformed TF_CONFIG.
+
+    Example:
+        >>> write_path("/ckpt/model.keras")    # on worker 1 of a job with a chief  # doctest: +SKIP
+        '/ckpt/.workertemp_worker_1/model.keras'
     """
     path = os.fspath(path)
     config = read_tf_config(config)
@@ -46,7 +60,15 @@ def write_path(path, config=None) -> str:
 
 
 def remove_worker_temp(path, config=None) -> None:
-    """Delete this task's temporary copy of a save meant for ``path`` (no-op on the writer)."""
+    """Delete this task's temporary copy of a save meant for ``path`` (no-op on the writer).
+
+    Args:
+        path: where the save was meant to go (as given to :func:`write_path`).
+        config: a TF_CONFIG (dict or JSON); default: this process's.
+
+    Example:
+        >>> model.save(write_path(path)); remove_worker_temp(path)    # doctest: +SKIP
+    """
     config = read_tf_config(config)
     if is_checkpoint_writer(config):
         return
@@ -57,7 +79,19 @@ def remove_worker_temp(path, config=None) -> None:
 def save_model(model, path, *, overwrite=True) -> str:
     """Save ``model`` (``.keras`` or ``.weights.h5``) from every worker, chief to ``path``.
 
-    Call it on every worker. Returns the path this process wrote (and, off the chief, removed).
+    Call it on every worker: reading distributed variables may need all of them.
+
+    Args:
+        model: the Keras model.
+        path: a ``.keras`` file (the whole model) or a ``.weights.h5`` file (the weights).
+        overwrite: replace an existing file.
+
+    Returns:
+        The path this process wrote (off the chief, a temporary one, already removed).
+
+    Example:
+        >>> save_model(model, "/shared/digits.keras")    # on every worker  # doctest: +SKIP
+        '/shared/digits.keras'
     """
     path = os.fspath(path)
     target = write_path(path)
@@ -71,7 +105,19 @@ def save_model(model, path, *, overwrite=True) -> str:
 
 
 def export_saved_model(model, path) -> str:
-    """Export a TensorFlow SavedModel for serving (``model.export``), chief to ``path``."""
+    """Export a TensorFlow SavedModel for serving (``model.export``), chief to ``path``.
+
+    Args:
+        model: the Keras model (call it on every worker).
+        path: the SavedModel directory.
+
+    Returns:
+        The directory this process wrote (off the chief, a temporary one, already removed).
+
+    Example:
+        >>> served = tf.saved_model.load(export_saved_model(model, "serving"))  # doctest: +SKIP
+        >>> served.serve(x[:8])                                                 # doctest: +SKIP
+    """
     path = os.fspath(path)
     target = write_path(path)
     model.export(target, format="tf_saved_model", verbose=False)
@@ -80,7 +126,21 @@ def export_saved_model(model, path) -> str:
 
 
 def load_model(path, strategy=None, *, compile=True):
-    """Load a ``.keras`` model, under ``strategy``'s scope when given (to train it further)."""
+    """Load a ``.keras`` model, under ``strategy``'s scope when given (to train it further).
+
+    Args:
+        path: a ``.keras`` file, e.g. written by :func:`save_model`.
+        strategy: the strategy to build the model under; None: no strategy (to predict or
+            evaluate in a plain process).
+        compile: restore the optimizer, loss and metrics.
+
+    Returns:
+        The Keras model.
+
+    Example:
+        >>> model = load_model("digits.keras", make_strategy("mirrored"))    # doctest: +SKIP
+        >>> fit(model, x, y, epochs=2)                                       # doctest: +SKIP
+    """
     import keras
 
     path = os.fspath(path)
@@ -100,6 +160,14 @@ def _backup_and_restore_class():
         Every worker restores from ``backup_dir`` (shared storage in a real cluster) so they all
         resume at the same epoch with the same weights; only the chief writes there, the others
         write to a temporary directory that is removed when training ends.
+
+        Args:
+            backup_dir: the backup directory (storage every worker shares).
+            **kwargs: Keras' ``BackupAndRestore`` options (``save_freq``...).
+
+        Example:
+            >>> fit(model, x, y, epochs=10,
+            ...     callbacks=[BackupAndRestore("/shared/backup")])    # doctest: +SKIP
         """
 
         def __init__(self, backup_dir, **kwargs):
@@ -165,6 +233,16 @@ def safe_callbacks(callbacks):
     ``ModelCheckpoint``, ``TensorBoard`` and ``CSVLogger`` write to this worker's temporary
     directory, removed at the end of training; ``BackupAndRestore`` restores from the chief's
     backup and writes its own temporary one.
+
+    Args:
+        callbacks: Keras callbacks (or None).
+
+    Returns:
+        The callbacks as a list, plus one that removes this worker's temporary directories
+        when training ends (only off the chief, when some callback was moved).
+
+    Example:
+        >>> model.fit(ds, callbacks=safe_callbacks([keras.callbacks.CSVLogger("log.csv")]))  # doctest: +SKIP
     """
     import keras
 

@@ -506,6 +506,24 @@ def register_dataset_check(check: Callable) -> None:
         _DATASET_CHECKS.append(check)
 
 
+def check_dataset(dataset, what: str = "fit") -> None:
+    """Run the registered dataset checks (see :func:`register_dataset_check`) on ``dataset``.
+
+    Args:
+        dataset: a ``tf.data.Dataset`` about to be trained or evaluated on.
+        what: the call, named in the messages (``"fit"``, ``"model.fit"``...).
+
+    Raises:
+        TFDistributedError: a check refused the dataset (e.g. ``GeneratorError`` for a dataset
+            over an R generator on R's main thread, where it would hang).
+
+    Example:
+        >>> check_dataset(tf.data.Dataset.range(4), "fit")    # doctest: +SKIP
+    """
+    for check in _DATASET_CHECKS:
+        check(dataset, what)
+
+
 _SOURCES = ("arrays", "dataset", "function")
 
 
@@ -789,8 +807,7 @@ def plan_input(what, x=None, y=None, *, kind, replicas=1, workers=1, batch_size=
     if what in ("fit", "evaluate"):
         for dataset in (x, validation):
             if source != "function" and _is_dataset(dataset):
-                for check in _DATASET_CHECKS:
-                    check(dataset, what)
+                check_dataset(dataset, what)
     return InputPlan(what=what, kind=kind, replicas=int(replicas), workers=int(workers),
                      source=source, x=x, y=y, sample_weight=sample_weight, num_examples=n,
                      batch_size=batch_size, class_weight=class_weight, validation=validation,

@@ -116,7 +116,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         model: a Keras model built and compiled inside ``strategy.scope()``.
         x, y: arrays (NumPy, pandas; ``x`` may be a dict of arrays for named inputs or a list of
             arrays), or ``x`` a ``tf.data.Dataset`` of ``(inputs, targets)`` batches of the
-            *global* batch size.
+            *global* batch size; under ``parameter_server`` also a function
+            ``input_context -> tf.data.Dataset`` (see :mod:`tfdistributed.ps`).
         strategy: default: the strategy the model was built under.
         epochs, steps_per_epoch, initial_epoch, validation_steps, validation_freq: as in Keras.
         batch_size: the global batch (arrays only); must divide over the replicas in sync.
@@ -137,7 +138,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             one line per epoch.
         backup_dir: add a multi-worker-safe ``BackupAndRestore``: a restarted job resumes from
             the last completed epoch.
-        **fit_kwargs: passed to ``model.fit``.
+        **fit_kwargs: passed to ``model.fit`` (under ``parameter_server``: ``initial_epoch``,
+            ``validation_freq``, ``validation_steps`` and ``checkpoint_dir``).
 
     Returns:
         The Keras ``History`` (``history.history``: the loss and metrics per epoch, ``val_``
