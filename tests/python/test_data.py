@@ -97,8 +97,11 @@ def test_single_worker_needs_no_check():
 def test_global_batch_size():
     assert tfd.global_batch_size(32, tfd.make_strategy("mirrored")) == 64
     assert tfd.global_batch_size(32, tfd.make_strategy("default")) == 32
-    with pytest.raises(tfd.ArgumentTypeError, match="32L"):
+    with pytest.raises(tfd.ArgumentTypeError, match="pass 32 ") as info:
         tfd.global_batch_size(32.0, tfd.make_strategy("default"))
+    r_message = info.value.message_for("r") if hasattr(info.value, "message_for") else \
+        str(info.value)
+    assert "32L" in r_message  # R users are shown R's way of writing it
     with pytest.raises(tfd.ArgumentTypeError, match=">= 1"):
         tfd.global_batch_size(0)
 
