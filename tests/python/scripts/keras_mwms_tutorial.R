@@ -14,7 +14,7 @@ train <- train$shuffle(2000L, seed = 1L)$`repeat`()$batch(64L)
 with(strategy$scope(), {
   keras$utils$set_random_seed(1L)
   model <- keras$Sequential(list(
-    keras$Input(shape = shape(8, 8, 1)),
+    keras$Input(shape = reticulate::tuple(8L, 8L, 1L)),
     keras$layers$Flatten(),
     keras$layers$Dense(64L, activation = "relu"),
     keras$layers$Dense(10L)

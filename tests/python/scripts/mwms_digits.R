@@ -12,7 +12,7 @@ cat(sprintf("%s %d of %d workers, TF_CONFIG %s\n", info$task_type, info$task_ind
 with(strategy$scope(), {
   keras$utils$set_random_seed(1L)
   model <- keras$Sequential(list(
-    keras$Input(shape = shape(8, 8, 1)),
+    keras$Input(shape = reticulate::tuple(8L, 8L, 1L)),
     keras$layers$Flatten(),
     keras$layers$Dense(32L, activation = "relu"),
     keras$layers$Dense(10L)))
