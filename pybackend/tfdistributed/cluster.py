@@ -362,9 +362,10 @@ def _parse_json(text) -> object:
     if not text.strip():
         raise ClusterConfigError(
             "TF_CONFIG is set but empty, and TensorFlow cannot read an empty TF_CONFIG (it fails "
-            "with a JSON error). To train in one process, unset it (Python: "
-            "del os.environ['TF_CONFIG']; R: Sys.unsetenv(\"TF_CONFIG\")); for a cluster, set it "
-            "to the cluster's JSON (set_tf_config()).")
+            "with a JSON error). To train in one process, unset it (clear_tf_config()); for a "
+            "cluster, set it to the cluster's JSON (set_tf_config()).",
+            hints={"python": "Or: del os.environ['TF_CONFIG'].",
+                   "r": 'Or: Sys.unsetenv("TF_CONFIG").'})
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -463,16 +464,23 @@ def set_tf_config(config=None, *, cluster=None, task_type=None, task_index=0) ->
 
     Raises:
         ClusterConfigError: the config is malformed (the message names the field).
-        ArgumentTypeError: neither ``config`` nor ``cluster`` was given.
+        ArgumentTypeError: neither ``config`` nor ``cluster`` was given, or both were.
 
     Example:
         >>> set_tf_config(cluster=local_cluster(2), task_type="worker", task_index=0)  # doctest: +SKIP
     """
+    if config is not None and cluster is not None:
+        raise ArgumentTypeError(
+            "set_tf_config() was given both a whole `config` and a `cluster`: pass one of them "
+            "(a `cluster` with `task_type` and `task_index`, or a whole `config`), not both.")
     if config is None:
         if cluster is None:
             raise ArgumentTypeError(
-                "set_tf_config() needs either a whole `config` or `cluster` and `task_type` "
-                "(e.g. set_tf_config(cluster=local_cluster(2), task_type='worker', task_index=0)).")
+                "set_tf_config() needs either a whole `config` or a `cluster` with `task_type` "
+                "and `task_index`.",
+                hints={"python": "E.g. set_tf_config(cluster=local_cluster(2), task_type='worker', "
+                                 "task_index=0).",
+                       "r": 'E.g. set_tf_config(local_cluster(2), "worker", 0).'})
         config = tf_config(cluster, task_type, task_index)
     else:
         config = validate_tf_config(config)
@@ -491,7 +499,7 @@ def read_tf_config(value=None) -> dict | None:
     """
     if value is not None:
         return _as_read(validate_tf_config(value))
-    raw = os.environ.get("TF_CONFIG")
+    raw = sync_tf_config()
     if raw is None:
         return None
     config = validate_tf_config(raw)
@@ -499,6 +507,36 @@ def read_tf_config(value=None) -> dict | None:
         _log.debug("TF_CONFIG normalized for TensorFlow: %s", json.dumps(config))
         os.environ["TF_CONFIG"] = json.dumps(config)
     return _as_read(config)
+
+
+def _process_getenv(name: str):
+    """``getenv(name)`` of the C library: the process environment as it is now."""
+    try:
+        import ctypes
+
+        getenv = ctypes.CDLL(None).getenv
+        getenv.restype, getenv.argtypes = ctypes.c_char_p, [ctypes.c_char_p]
+    except (OSError, TypeError, AttributeError):  # no C library to ask (e.g. Windows)
+        return os.environ.get(name)
+    value = getenv(os.fsencode(name))
+    return None if value is None else os.fsdecode(value)
+
+
+def sync_tf_config() -> str | None:
+    """Bring ``os.environ["TF_CONFIG"]`` up to date with the process environment; return it.
+
+    TF_CONFIG has one store: the process environment variable, which TensorFlow, every
+    language in the process and every child process read. Python's ``os.environ`` is a copy
+    taken when Python started (setting it also sets the variable), so a TF_CONFIG set later by
+    other code in the same process, such as R's ``Sys.setenv()``, is copied into it here,
+    before TensorFlow reads it. Called by :func:`read_tf_config` and :func:`make_strategy`.
+    """
+    value = _process_getenv("TF_CONFIG")
+    if value is None:
+        os.environ.pop("TF_CONFIG", None)
+    elif os.environ.get("TF_CONFIG") != value:
+        os.environ["TF_CONFIG"] = value
+    return value
 
 
 def clear_tf_config() -> None:
@@ -581,7 +619,9 @@ def check_loopback(cluster) -> dict:
         raise ClusterConfigError(
             f'{_field(["cluster"])} has ps tasks but no "chief": a local parameter-server cluster '
             f'runs your program as the chief (the coordinator); add "chief": ["127.0.0.1:port"], '
-            f'or let local_cluster(..., chief=True) pick it.')
+            f'or let local_cluster() pick it with chief set to true.',
+            hints={"python": "E.g. local_cluster(2, ps=1, chief=True).",
+                   "r": "E.g. local_cluster(2, ps = 1, chief = TRUE)."})
 
     for role, addresses in cluster.items():
         for i, address in enumerate(addresses):
@@ -618,8 +658,10 @@ def local_cluster(workers=2, ps=0, chief=False, evaluator=False) -> dict:
         # TensorFlow can also run the coordinator outside the cluster (no chief), but a local
         # cluster is for launch(), which runs the program as the chief task.
         raise ClusterConfigError(
-            "local_cluster(ps > 0) needs chief=True: launch() runs your program as the chief, the "
-            "coordinator of parameter-server training.")
+            "local_cluster() with ps tasks needs a chief (chief set to true): launch() runs your "
+            "program as the chief, the coordinator of parameter-server training.",
+            hints={"python": f"E.g. local_cluster({workers}, ps={ps}, chief=True).",
+                   "r": f"E.g. local_cluster({workers}, ps = {ps}, chief = TRUE)."})
     counts = {"chief": int(bool(chief)), "worker": workers, "ps": ps, "evaluator": int(bool(evaluator))}
     ports = iter(free_ports(sum(counts.values())))
     cluster = {role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in counts.items() if n}

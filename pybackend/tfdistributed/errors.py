@@ -3,6 +3,11 @@
 Each message says what was wrong, what was expected, and the fix. The classes also inherit from
 the built-in exception a Python user would naturally catch (``ValueError``, ``TypeError``,
 ``TimeoutError``...), so ``except ValueError`` keeps working for code that predates us.
+
+Messages are language-neutral: Python and the R package show the same text. Where the fix is
+best shown as code, the error carries ``hints``, one per language (``{"python": ..., "r": ...}``):
+``str()`` of the error adds the Python hint, and the R package adds the R hint instead
+(:meth:`TFDistributedError.message_for`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,34 @@ from typing import Iterable
 
 
 class TFDistributedError(Exception):
-    """Base class of every error raised on purpose by tfdistributed."""
+    """Base class of every error raised on purpose by tfdistributed.
+
+    Args:
+        message: what was wrong and the fix, in words both languages share.
+        hints: optional fix written as code, per language, each a sentence appended to the
+            message: ``{"python": "...", "r": "..."}``.
+
+    Example:
+        >>> e = TFDistributedError("`seed` must be a whole number >= 0.",
+        ...                        hints={"python": "E.g. seed=0.", "r": "E.g. seed = 0."})
+        >>> str(e)
+        '`seed` must be a whole number >= 0. E.g. seed=0.'
+        >>> e.message_for("r")
+        '`seed` must be a whole number >= 0. E.g. seed = 0.'
+    """
+
+    def __init__(self, *args, hints: dict | None = None):
+        super().__init__(*args)
+        self.hints = {k: v for k, v in (hints or {}).items() if v}
+
+    def message_for(self, language: str) -> str:
+        """The message with the hint for ``language`` (``"python"``, ``"r"``) appended, if any."""
+        message = super().__str__()
+        hint = self.hints.get(language)
+        return f"{message} {hint}" if hint else message
+
+    def __str__(self) -> str:
+        return self.message_for("python")
 
 
 class StrategyError(TFDistributedError, ValueError):
@@ -38,8 +70,8 @@ class TrainingError(TFDistributedError, RuntimeError):
 class LaunchError(TFDistributedError, RuntimeError):
     """A task of a local cluster failed; ``results`` holds every task's outcome."""
 
-    def __init__(self, message: str, results=None):
-        super().__init__(message)
+    def __init__(self, message: str, results=None, *, hints: dict | None = None):
+        super().__init__(message, hints=hints)
         self.results = results
 
 

@@ -29,7 +29,7 @@ import re
 
 from . import compat, slurm
 from ._args import as_int
-from .cluster import num_workers, read_tf_config
+from .cluster import num_workers, read_tf_config, sync_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
 
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage",
@@ -81,9 +81,11 @@ def configure_cpu_devices(n) -> list:
         if have != n:
             raise StrategyError(
                 f"Cannot split the CPU into {n} logical devices: TensorFlow is already initialized "
-                f"with {have}. Call make_strategy(..., num_cpu_devices={n}) (R: "
-                f"distribute_strategy(..., num_cpu_devices = {n})) before anything else uses "
-                f"TensorFlow, i.e. at the top of the script or in a fresh R session.") from None
+                f"with {have}. Ask for {n} CPU devices in the first strategy, before anything "
+                f"else uses TensorFlow: at the top of the script, or in a fresh session.",
+                hints={"python": f"E.g. make_strategy('mirrored', num_cpu_devices={n}).",
+                       "r": f'E.g. distribute_strategy("mirrored", num_cpu_devices = {n}).'}
+            ) from None
     return tf.config.list_logical_devices("CPU")
 
 
@@ -196,9 +198,11 @@ def _parameter_server(cluster_resolver=None, variable_partitioner=None, **_):
         if not config or not config["cluster"].get("ps"):
             raise StrategyError(
                 "'parameter_server' needs a cluster with workers and ps tasks (and optionally a "
-                "chief), and there is none: set TF_CONFIG (tfdistributed.set_tf_config / R "
-                "set_tf_config()), start the job with launch(..., ps=1) / launch_cluster(..., "
-                "ps = 1), or pass cluster_resolver=.")
+                "chief), and there is none: set TF_CONFIG (set_tf_config()), start the job with "
+                "the launcher and 1 or more ps tasks, or pass a cluster_resolver.",
+                hints={"python": "E.g. tfdistributed.launch('train.py', workers=2, ps=1, "
+                                 "chief=True).",
+                       "r": 'E.g. launch_cluster("train.R", workers = 2, ps = 1, chief = TRUE).'})
         task = config.get("task")
         # The coordinator is the chief, or, in a cluster without a chief, the process whose
         # TF_CONFIG has no task: TensorFlow then adds it to the cluster as job "chief".
@@ -223,8 +227,9 @@ def _tpu(tpu=None, cluster_resolver=None, **_):
     except (ValueError, RuntimeError, tf.errors.OpError) as e:
         raise StrategyError(
             f"No TPU could be reached ({e}). Run on a Cloud TPU VM, or pass the TPU's name or "
-            f"address: make_strategy('tpu', tpu='my-tpu') / distribute_strategy('tpu', tpu = "
-            f"'my-tpu'). Without a TPU use 'mirrored' or 'auto'.") from None
+            f"address as `tpu`. Without a TPU use 'mirrored' or 'auto'.",
+            hints={"python": "E.g. make_strategy('tpu', tpu='my-tpu').",
+                   "r": 'E.g. distribute_strategy("tpu", tpu = "my-tpu").'}) from None
     return tf.distribute.TPUStrategy(resolver)
 
 
@@ -281,6 +286,8 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
         raise ArgumentTypeError(f"Unknown argument(s) {sorted(unknown)} for make_strategy(); "
                                 f"known: {sorted(known)}.")
     compat.apply()
+    # TF_CONFIG may have been set outside Python since it started (e.g. R's Sys.setenv()).
+    sync_tf_config()
     if num_cpu_devices:
         configure_cpu_devices(num_cpu_devices)
     if cluster_resolver is None and kind in ("auto", "multi_worker_mirrored", "parameter_server"):
@@ -308,7 +315,11 @@ def strategy_kind(strategy) -> str:
             return kind
     if type(strategy).__name__ == "_DefaultDistributionStrategy":
         return "default"
-    raise ArgumentTypeError(f"{strategy!r} is not a tf.distribute.Strategy.")
+    raise ArgumentTypeError(
+        f"`strategy` must be a tf.distribute.Strategy, got {type(strategy).__name__} "
+        f"{strategy!r:.80}: create one by name.",
+        hints={"python": "E.g. strategy = tfdistributed.make_strategy('mirrored').",
+               "r": 'E.g. strategy <- distribute_strategy("mirrored").'})
 
 
 def strategy_info(strategy) -> dict:

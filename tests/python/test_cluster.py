@@ -122,10 +122,13 @@ def test_local_clusters_need_what_launch_runs():
 
 
 def test_local_cluster_argument_errors():
-    with pytest.raises(tfd.ArgumentTypeError, match="2L"):
+    with pytest.raises(tfd.ArgumentTypeError, match="pass 2 as an integer. E.g. workers=2, not 2.0") as e:
         tfd.local_cluster(workers=2.0)
-    with pytest.raises(ClusterConfigError, match="chief=True"):
+    # The message is language-neutral; each language adds its own hint (R: in the R package).
+    assert "2L" not in str(e.value) and e.value.message_for("r").endswith("E.g. workers = 2L.")
+    with pytest.raises(ClusterConfigError, match="chief=True") as e:
         tfd.local_cluster(workers=2, ps=1)
+    assert "chief = TRUE" in e.value.message_for("r") and "chief=True" not in e.value.message_for("r")
 
 
 def test_normalized_shapes():
