@@ -14,11 +14,12 @@ BENCH_ARGS ?=
 setup:
 	@bash scripts/setup.sh
 
+# Both keep their whole output in .logs/ and show it without TensorFlow's C++ start-up lines.
 demo: setup
-	$(PY) -m tfdistributed.demo
+	@$(PY) scripts/quiet.py .logs/demo.log -- $(PY) -m tfdistributed.demo
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest $(PYTEST_ARGS)
 
 docs: setup
 	@for f in vignettes/*.Rmd; do echo "rendering $$f"; Rscript scripts/render_vignette.R $$f docs || exit 1; done
@@ -32,4 +33,4 @@ bench:
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf .venv .rlib .setup docs .pytest_cache
+	rm -rf .venv .rlib .setup docs .pytest_cache .logs

@@ -35,8 +35,9 @@ fi
 
 # --- reticulate >= 1.41 into .rlib -----------------------------------------------------------
 # Debian bookworm's reticulate 1.28 rejects NumPy 2 and crashes under rpy2 when R's GC frees a
-# Python object (FACTS.md). 1.41 fixes both; its source tarball comes from Debian trixie's
-# source archive, fetched with a private apt configuration so the machine's lists stay untouched.
+# Python object; 1.41 has neither problem (the R tests exercise both). Its source tarball comes
+# from Debian trixie's source archive, fetched with a private apt configuration so the machine's
+# lists stay untouched.
 RETIC_TARBALL="r-cran-reticulate_1.41.0.1+dfsg.orig.tar.xz"
 RETIC_SHA256="fca24ebaa8867e2b4da9b735410cf080f09d20ca326407f1759f30c1914b7cf9"
 have_reticulate() {
