@@ -243,134 +243,180 @@ def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
             ray.shutdown()
 
 
-def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo, python,
-         rscript, cwd, show_all, ray_options, grace, poll):
-    import json
-
+def _plan(target, workers, ps, chief, args, python, rscript):
+    """The job's ``(role, index)`` tasks, and what they run: a script's argv, or a function's
+    pickled call (each actor writes it into its own directory)."""
     import cloudpickle
 
-    from .cluster import ROLES, format_address, tf_config
-    from .launch import LaunchResult, TaskResult, _target_argv
+    from .cluster import ROLES
+    from .errors import ArgumentTypeError, ClusterConfigError
+    from .launch import _target_argv
 
     ps = as_int(ps, "ps", minimum=0)
     workers = as_int(workers, "workers", minimum=1)
     if ps and not chief:
-        from .errors import ClusterConfigError
-
         raise ClusterConfigError("A parameter-server job needs chief=True: the target runs as the "
                                  "chief (the coordinator); workers and ps tasks serve.")
     counts = {"chief": int(bool(chief)), "worker": workers, "ps": ps}
     roles = [(r, i) for r in ROLES for i in range(counts.get(r, 0))]
-    names = [f"{r} {i}" for r, i in roles]
-    call_bytes = None
     if callable(target):
-        call_bytes = cloudpickle.dumps((target, tuple(args)))
-        argv = None
-    else:
-        if not isinstance(target, (str, os.PathLike)):
-            from .errors import ArgumentTypeError
+        return roles, None, cloudpickle.dumps((target, tuple(args)))
+    if not isinstance(target, (str, os.PathLike)):
+        raise ArgumentTypeError(f"launch() target must be a script path or a Python function, "
+                                f"got {type(target).__name__}.")
+    argv, _ = _target_argv(os.path.abspath(os.fspath(target)), args, python or "{python}",
+                           rscript, None)
+    return roles, argv, None
 
-            raise ArgumentTypeError(f"launch() target must be a script path or a Python function, "
-                                    f"got {type(target).__name__}.")
-        argv, _ = _target_argv(os.path.abspath(os.fspath(target)), args, python or "{python}",
-                               rscript, None)
-    options = {"num_cpus": 1, **(ray_options or {})}
-    actor_cls = ray.remote(_TaskActor)
-    actors = [actor_cls.options(name=None, **options).remote() for _ in roles]
-    t0 = time.monotonic()
-    lines = [[] for _ in roles]
-    codes: list = [None] * len(roles)
 
-    relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
+class _RayJob:
+    """The supervisor of a Ray job: one actor per task, placed, started, polled for output and
+    exit codes; the first failed or lost task fails the job, and every actor is stopped."""
 
-    def results():
-        return [TaskResult(r, i, c, list(out), None, bool(ps) and r != "chief")
-                for (r, i), c, out in zip(roles, codes, lines)]
+    def __init__(self, ray, roles, ps_mode: bool, options: dict, relay: Relay, grace: float):
+        self.ray = ray
+        self.roles = roles
+        self.names = [f"{r} {i}" for r, i in roles]
+        self.ps_mode = ps_mode
+        self.options = options
+        self.relay = relay
+        self.grace = grace
+        actor_cls = ray.remote(_TaskActor)
+        self.actors = [actor_cls.options(name=None, **options).remote() for _ in roles]
+        self.t0 = time.monotonic()
+        self.lines = [[] for _ in roles]
+        self.codes: list = [None] * len(roles)
+        self.primaries = [n for n, (r, _) in enumerate(roles) if not ps_mode or r == "chief"]
+        self.launched = self.stopped = False
 
-    stopped, launched = [], []
+    def results(self) -> list:
+        from .launch import TaskResult
 
-    def stop_all():
-        if stopped:
+        return [TaskResult(r, i, c, list(out), None, self.ps_mode and r != "chief")
+                for (r, i), c, out in zip(self.roles, self.codes, self.lines)]
+
+    def stop_all(self) -> None:
+        if self.stopped:
             return
-        stopped.append(True)
+        self.stopped = True
         refs = []
         # Actors that never started a process (still waiting for resources) just go.
-        for a in actors if launched else ():
+        for a in self.actors if self.launched else ():
             try:
-                refs.append(a.stop.remote(grace))
+                refs.append(a.stop.remote(self.grace))
             except Exception:
                 pass
         try:
-            ray.get(refs, timeout=2 * grace + 5)
+            self.ray.get(refs, timeout=2 * self.grace + 5)
         except Exception:
             pass
-        for a in actors:
-            ray.kill(a)
+        for a in self.actors:
+            self.ray.kill(a)
 
-    try:
+    def place(self, timeout: float) -> dict:
+        """Wait for every actor to be placed; the cluster of the ports they picked."""
+        from .cluster import format_address
+
+        ray = self.ray
         try:
-            placed = ray.get([a.address.remote() for a in actors], timeout=timeout)
+            placed = ray.get([a.address.remote() for a in self.actors], timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise LaunchTimeoutError(
-                f"Ray could not start the job's {len(roles)} task actors within {timeout:g} s (each "
-                f"asks for {options}); the cluster has {ray.cluster_resources()}. Ask for fewer "
-                f"tasks or resources, or add nodes.", results()) from None
+                f"Ray could not start the job's {len(self.roles)} task actors within {timeout:g} s "
+                f"(each asks for {self.options}); the cluster has {ray.cluster_resources()}. Ask "
+                f"for fewer tasks or resources, or add nodes.", self.results()) from None
         here = ray.get_runtime_context().get_node_id()
         # All on this machine: loopback only (TensorFlow's gRPC servers have no authentication).
         local = all(node == here for _, _, node in placed)
         cluster: dict = {}
-        for (role, _), (ip, port, _) in zip(roles, placed):
+        for (role, _), (ip, port, _) in zip(self.roles, placed):
             cluster.setdefault(role, []).append(format_address("127.0.0.1" if local else ip, port))
+        return cluster
+
+    def start(self, cluster, argv, call_bytes, *, env, python, cwd, timeout) -> None:
+        """Each actor starts its task: the target, or a server in a parameter-server job."""
+        import json
+
+        from .cluster import tf_config
+
         base = {str(k): str(v) for k, v in (env or {}).items()}
         base.update(PYTHONUNBUFFERED="1", TFDISTRIBUTED_LAUNCHED="1")
         if call_bytes is not None:
             base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
         starts = []
-        launched.append(True)
-        for a, (role, i) in zip(actors, roles):
+        self.launched = True
+        for a, (role, i) in zip(self.actors, self.roles):
             task_env = dict(base, TF_CONFIG=json.dumps(tf_config(cluster, role, i)))
-            server = bool(ps) and role != "chief"
+            server = self.ps_mode and role != "chief"
             task_argv = [python or "{python}", "-m", "tfdistributed", "server"] if server else argv
             starts.append(a.start.remote(task_argv, task_env, None if server else call_bytes, cwd))
-        ray.get(starts, timeout=max(1.0, timeout - (time.monotonic() - t0)))
-        primaries = [n for n, (r, _) in enumerate(roles) if not ps or r == "chief"]
+        self.ray.get(starts, timeout=max(1.0, timeout - (time.monotonic() - self.t0)))
+
+    def wait(self, timeout: float, poll: float) -> None:
+        """Until every task running the target exits 0, or raise (every task then stopped)."""
         while True:
-            for n, a in enumerate(actors):
-                if codes[n] is not None:
-                    continue
-                try:
-                    new, codes[n] = ray.get(a.poll.remote(), timeout=30)
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-                    codes[n] = -9
-                    stop_all()
-                    raise LaunchError(
-                        f"Task {names[n]} was lost: its Ray actor died ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0] if str(e) else 'no reason given'}); every other "
-                        f"task was stopped. {error_summary(lines[n])}", results()) from None
-                relay.emit(names[n], new, lines[n])
-            failed = [n for n, c in enumerate(codes) if c not in (None, 0)]
-            failed += [n for n, c in enumerate(codes) if c == 0 and n not in primaries]
+            self._poll_all()
+            failed = [n for n, c in enumerate(self.codes) if c not in (None, 0)]
+            # A server exiting, even with 0, means the cluster lost a task.
+            failed += [n for n, c in enumerate(self.codes) if c == 0 and n not in self.primaries]
             if failed:
                 n = failed[0]
-                stop_all()
-                raise LaunchError(f"Task {names[n]} {how_it_ended(codes[n])}; every other task was "
-                                  f"stopped. {error_summary(lines[n])}", results())
-            if all(codes[n] == 0 for n in primaries):
-                break
-            if time.monotonic() - t0 > timeout:
-                running = [names[n] for n, c in enumerate(codes) if c is None]
-                stop_all()
+                self.stop_all()
+                raise LaunchError(f"Task {self.names[n]} {how_it_ended(self.codes[n])}; every "
+                                  f"other task was stopped. {error_summary(self.lines[n])}",
+                                  self.results())
+            if all(self.codes[n] == 0 for n in self.primaries):
+                return
+            if time.monotonic() - self.t0 > timeout:
+                running = [self.names[n] for n, c in enumerate(self.codes) if c is None]
+                self.stop_all()
                 raise LaunchTimeoutError(f"The Ray job did not finish within {timeout:g} s; every "
                                          f"task was stopped. Still running at the timeout: "
-                                         f"{', '.join(running)}.", results())
+                                         f"{', '.join(running)}.", self.results())
             time.sleep(poll)
-        out = results()
-        if call_bytes is not None:
-            for n in primaries:
-                raw = ray.get(actors[n].value.remote(), timeout=60)
+
+    def _poll_all(self) -> None:
+        """New output and exit codes of the running tasks; a dead actor fails the job."""
+        ray = self.ray
+        for n, a in enumerate(self.actors):
+            if self.codes[n] is not None:
+                continue
+            try:
+                new, self.codes[n] = ray.get(a.poll.remote(), timeout=30)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                self.codes[n] = -9
+                self.stop_all()
+                raise LaunchError(
+                    f"Task {self.names[n]} was lost: its Ray actor died ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else 'no reason given'}); every other "
+                    f"task was stopped. {error_summary(self.lines[n])}", self.results()) from None
+            self.relay.emit(self.names[n], new, self.lines[n])
+
+    def collect(self, is_function: bool) -> list:
+        """Every task's result, with a function target's return values."""
+        out = self.results()
+        if is_function:
+            for n in self.primaries:
+                raw = self.ray.get(self.actors[n].value.remote(), timeout=60)
                 out[n].value = pickle.loads(raw) if raw is not None else None
-        stop_all()
+        return out
+
+
+def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo, python,
+         rscript, cwd, show_all, ray_options, grace, poll):
+    from .launch import LaunchResult
+
+    roles, argv, call_bytes = _plan(target, workers, ps, chief, args, python, rscript)
+    job = _RayJob(ray, roles, as_int(ps, "ps", minimum=0) > 0,
+                  {"num_cpus": 1, **(ray_options or {})},
+                  Relay(echo=echo, on_output=on_output, show_all=show_all), grace)
+    try:
+        cluster = job.place(timeout)
+        job.start(cluster, argv, call_bytes, env=env, python=python, cwd=cwd, timeout=timeout)
+        job.wait(timeout, poll)
+        out = job.collect(call_bytes is not None)
+        job.stop_all()
     except BaseException:
-        stop_all()
+        job.stop_all()
         raise
-    return LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)
+    return LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - job.t0)

@@ -433,6 +433,155 @@ def _cancel(job_id: str, wait: float = 30.0) -> None:
         time.sleep(0.3)
 
 
+def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, python, rscript,
+               job_name, partition, sbatch_args, srun_args):
+    """The plan: the job's batch script, written into ``jobdir``; its path, and whether the
+    target is a function (whose call and results go through ``jobdir`` too)."""
+    from .launch import _target_argv
+
+    sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
+    python = python or sys.executable
+    argv, is_function = _target_argv(target, args, python, rscript, jobdir)
+    task_env = dict(env or {})
+    if is_function:
+        argv = [*argv, os.path.join(jobdir, "result-{task}.pkl")]
+        # The function may live in a module importable only from this process's sys.path.
+        task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
+                          job_name=job_name, partition=partition,
+                          time_limit=timeout / 60 + 1, sbatch_args=[f"--chdir={base}", *sbatch_args],
+                          srun_args=srun_args, python=python, rscript=rscript, argv=argv)
+    script_path = os.path.join(jobdir, "job.sh")
+    with open(script_path, "w") as f:
+        f.write(script)
+    return script_path, is_function
+
+
+class _SlurmJob:
+    """The supervisor of a submitted job: follows each task's output file and exit code (the
+    only channels from the nodes), fails on the first failed task, and cancels the job."""
+
+    def __init__(self, jobdir: str, roles: list, ps_mode: bool, relay: Relay):
+        self.jobdir = jobdir
+        self.roles = roles
+        self.ps_mode = ps_mode
+        self.relay = relay
+        self.names = [f"{r} {i}" for r, i in roles]
+        self.tails = [_Tail(os.path.join(jobdir, f"task-{i}.out")) for i in range(len(roles))]
+        self.lines = [[] for _ in roles]
+        self.job_id = None
+        self.state, self.reason = "PENDING", ""
+        self.finished = False
+        self.t0 = time.monotonic()
+
+    def submit(self, script_path: str, on_output) -> None:
+        done = _slurm(["sbatch", "--parsable", script_path])
+        if done.returncode != 0:
+            raise LaunchError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}. "
+                              f"The script is {script_path}.")
+        self.job_id = done.stdout.strip().split(";")[0]
+        if on_output is not None:
+            on_output(f"[launch] submitted SLURM job {self.job_id} ({len(self.roles)} tasks)")
+        self.t0 = time.monotonic()
+
+    def emit(self, final=False) -> None:
+        for i, name in enumerate(self.names):
+            self.relay.emit(name, self.tails[i].read(final), self.lines[i])
+
+    def codes(self) -> list:
+        out = []
+        for i in range(len(self.roles)):
+            try:
+                with open(os.path.join(self.jobdir, f"task-{i}.rc")) as f:
+                    out.append(int(f.read().strip()))
+            except (FileNotFoundError, ValueError):
+                out.append(None)
+        return out
+
+    def results(self, rcs) -> list:
+        from .launch import TaskResult
+
+        self.emit(final=True)
+        return [TaskResult(r, i, rc, list(out), None, self.ps_mode and r != "chief")
+                for (r, i), rc, out in zip(self.roles, rcs, self.lines)]
+
+    def wait(self, timeout: float, poll: float) -> None:
+        """Until the tasks that run the target are done (and the step has ended), or raise."""
+        last_state_check = 0.0
+        while True:
+            self.emit()
+            rcs = self.codes()
+            if any(rc not in (None, 0) for rc in rcs):
+                self._fail()
+            primaries = [rc for (r, _), rc in zip(self.roles, rcs) if not self.ps_mode or r == "chief"]
+            if all(rc == 0 for rc in primaries):
+                if all(rc is not None for rc in rcs) or not _job_state(self.job_id)[0]:
+                    break
+            if time.monotonic() - last_state_check > 1.0:
+                last_state_check = time.monotonic()
+                self.state, self.reason = _job_state(self.job_id)
+                if not self.state and self._ended():
+                    break
+            if time.monotonic() - self.t0 > timeout:
+                self._time_out(timeout)
+            time.sleep(poll)
+        # The step ends once every task has; wait for it so the CPUs are free for the next job.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _job_state(self.job_id)[0]:
+            time.sleep(poll)
+        self.finished = True
+
+    def _fail(self):
+        # SLURM kills the other tasks at once (--kill-on-bad-exit), and their exit codes can
+        # land first: name the task that failed, not one killed because of it.
+        time.sleep(0.5)
+        rcs = self.codes()
+        bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
+        i = min(bad, key=lambda i: (rcs[i] < 0, _mtime(self.jobdir, i)))
+        _cancel(self.job_id)
+        rcs = self.codes()
+        raise LaunchError(f"Task {self.names[i]} {how_it_ended(rcs[i])} (SLURM job {self.job_id}, "
+                          f"task {i}); the job was cancelled. {error_summary(self.lines[i])}",
+                          self.results(rcs))
+
+    def _ended(self) -> bool:
+        """SLURM no longer knows the job: True if every task succeeded, else raise."""
+        self.emit(final=True)
+        rcs = self.codes()
+        if all(rc == 0 for rc in rcs):
+            return True
+        missing = [self.names[i] for i, rc in enumerate(rcs) if rc is None]
+        raise LaunchError(f"SLURM job {self.job_id} ended before task(s) {', '.join(missing)} "
+                          f"reported an exit code. {_job_end(self.job_id, self.jobdir)}",
+                          self.results(rcs))
+
+    def _time_out(self, timeout: float):
+        rcs = self.codes()
+        running = [self.names[i] for i, rc in enumerate(rcs) if rc is None]
+        _cancel(self.job_id)
+        where = (f"It was still waiting in the queue ({self.reason or self.state}): free the "
+                 f"partition or ask for fewer tasks." if self.state == "PENDING" else
+                 f"Still running at the timeout: {', '.join(running) or 'none'}.")
+        raise LaunchTimeoutError(f"SLURM job {self.job_id} did not finish within {timeout:g} s "
+                                 f"and was cancelled. {where}", self.results(self.codes()))
+
+    def collect(self, is_function: bool):
+        """The cluster the tasks ran as, and every task's result (a function's return value)."""
+        out = self.results(self.codes())
+        try:
+            with open(os.path.join(self.jobdir, "cluster.json")) as f:
+                cluster = json.load(f)
+        except (OSError, ValueError):
+            cluster = {}
+        if is_function:
+            for n, res in enumerate(out):
+                path = os.path.join(self.jobdir, f"result-{n}.pkl")
+                if not res.server and os.path.exists(path):
+                    with open(path, "rb") as f:
+                        res.value = pickle.load(f)
+        return cluster, out
+
+
 def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None, args=(),
                  on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
                  show_all=False, directory=None, keep_files=False, partition=None,
@@ -465,137 +614,39 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
         >>> [t.returncode for t in result.tasks]                              # doctest: +SKIP
         [0, 0, 0, 0]
     """
-    from .launch import LaunchResult, TaskResult, _target_argv
+    from .launch import LaunchResult
 
     timeout = float(timeout)
     roles = _layout(workers, ps, chief)
-    sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
-    ps_mode = as_int(ps, "ps", minimum=0) > 0
     base = os.path.abspath(cwd or os.getcwd())
     own_dir = directory is None
     jobdir = tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=base) if own_dir else directory
     os.makedirs(jobdir, exist_ok=True)
-    python = python or sys.executable
-    argv, is_function = _target_argv(target, args, python, rscript, jobdir)
-    if is_function:
-        argv = [*argv, os.path.join(jobdir, "result-{task}.pkl")]
-    task_env = dict(env or {})
-    if is_function:
-        # The function may live in a module importable only from this process's sys.path.
-        task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
-    script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
-                          job_name=job_name, partition=partition,
-                          time_limit=timeout / 60 + 1, sbatch_args=[f"--chdir={base}", *sbatch_args],
-                          srun_args=srun_args, python=python, rscript=rscript, argv=argv)
-    script_path = os.path.join(jobdir, "job.sh")
-    with open(script_path, "w") as f:
-        f.write(script)
-    tails = [_Tail(os.path.join(jobdir, f"task-{i}.out")) for i in range(len(roles))]
-    lines = [[] for _ in roles]
-    names = [f"{r} {i}" for r, i in roles]
-
-    relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
-
-    def emit(i, final=False):
-        relay.emit(names[i], tails[i].read(final), lines[i])
-
-    def codes():
-        out = []
-        for i in range(len(roles)):
-            try:
-                with open(os.path.join(jobdir, f"task-{i}.rc")) as f:
-                    out.append(int(f.read().strip()))
-            except (FileNotFoundError, ValueError):
-                out.append(None)
-        return out
-
-    def results(rcs):
-        for i in range(len(roles)):
-            emit(i, final=True)
-        return [TaskResult(r, i, rc, list(out), None, ps_mode and r != "chief")
-                for (r, i), rc, out in zip(roles, rcs, lines)]
-
-    done = _slurm(["sbatch", "--parsable", script_path])
-    if done.returncode != 0:
-        raise LaunchError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}. "
-                          f"The script is {script_path}.")
-    job_id = done.stdout.strip().split(";")[0]
-    if on_output is not None:
-        on_output(f"[launch] submitted SLURM job {job_id} ({len(roles)} tasks)")
-    t0 = time.monotonic()
-    finished = False
+    job = _SlurmJob(jobdir, roles, as_int(ps, "ps", minimum=0) > 0,
+                    Relay(echo=echo, on_output=on_output, show_all=show_all))
     try:
-        last_state_check, state, reason = 0.0, "PENDING", ""
-        while True:
-            for i in range(len(roles)):
-                emit(i)
-            rcs = codes()
-            bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
-            if bad:
-                # SLURM kills the other tasks at once (--kill-on-bad-exit), and their exit codes
-                # can land first: name the task that failed, not one killed because of it.
-                time.sleep(0.5)
-                rcs = codes()
-                bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
-                i = min(bad, key=lambda i: (rcs[i] < 0, _mtime(jobdir, i)))
-                _cancel(job_id)
-                rcs = codes()
-                raise LaunchError(f"Task {names[i]} {how_it_ended(rcs[i])} (SLURM job {job_id}, "
-                                  f"task {i}); the job was cancelled. {error_summary(lines[i])}",
-                                  results(rcs))
-            primaries = [rc for (r, _), rc in zip(roles, rcs) if not ps_mode or r == "chief"]
-            if all(rc == 0 for rc in primaries):
-                if all(rc is not None for rc in rcs) or not _job_state(job_id)[0]:
-                    break
-            if time.monotonic() - last_state_check > 1.0:
-                last_state_check = time.monotonic()
-                state, reason = _job_state(job_id)
-                if not state:
-                    for i in range(len(roles)):
-                        emit(i, final=True)
-                    rcs = codes()
-                    if all(rc == 0 for rc in rcs):
-                        break
-                    missing = [names[i] for i, rc in enumerate(rcs) if rc is None]
-                    raise LaunchError(
-                        f"SLURM job {job_id} ended before task(s) {', '.join(missing)} reported an "
-                        f"exit code. {_job_end(job_id, jobdir)}", results(rcs))
-            if time.monotonic() - t0 > timeout:
-                rcs = codes()
-                running = [names[i] for i, rc in enumerate(rcs) if rc is None]
-                _cancel(job_id)
-                where = (f"It was still waiting in the queue ({reason or state}): free the "
-                         f"partition or ask for fewer tasks." if state == "PENDING" else
-                         f"Still running at the timeout: {', '.join(running) or 'none'}.")
-                raise LaunchTimeoutError(f"SLURM job {job_id} did not finish within {timeout:g} s "
-                                         f"and was cancelled. {where}", results(codes()))
-            time.sleep(poll)
-        # The step ends once every task has; wait for it so the CPUs are free for the next job.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _job_state(job_id)[0]:
-            time.sleep(poll)
-        finished = True
-        out = results(codes())
-        try:
-            with open(os.path.join(jobdir, "cluster.json")) as f:
-                cluster = json.load(f)
-        except (OSError, ValueError):
-            cluster = {}
-        if is_function:
-            for n, res in enumerate(out):
-                path = os.path.join(jobdir, f"result-{n}.pkl")
-                if not res.server and os.path.exists(path):
-                    with open(path, "rb") as f:
-                        res.value = pickle.load(f)
+        script_path, is_function = _write_job(
+            target, workers, ps, chief, jobdir=jobdir, base=base, timeout=timeout, env=env,
+            args=args, python=python, rscript=rscript, job_name=job_name, partition=partition,
+            sbatch_args=sbatch_args, srun_args=srun_args)
     except BaseException:
-        if not finished:
-            _cancel(job_id)
+        if own_dir:
+            shutil.rmtree(jobdir, ignore_errors=True)
+        raise
+    # Refused by sbatch: the directory stays, for the script the error names.
+    job.submit(script_path, on_output)
+    try:
+        job.wait(timeout, poll)
+        cluster, out = job.collect(is_function)
+    except BaseException:
+        if not job.finished:
+            _cancel(job.job_id)
         raise
     finally:
         if own_dir and not keep_files:
             shutil.rmtree(jobdir, ignore_errors=True)
-    result = LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - t0)
-    result.job_id = job_id
+    result = LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - job.t0)
+    result.job_id = job.job_id
     return result
 
 
