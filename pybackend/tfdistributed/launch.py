@@ -16,7 +16,7 @@ With ``ps > 0`` (parameter-server training), ``worker`` and ``ps`` tasks run
 
 How it is built: :func:`launch` is a pipeline of three parts.
 
-- the *plan* (:func:`plan_launch`): arguments checked, the cluster, its ports checked, and each
+- the *plan* (:func:`_plan_launch`): arguments checked, the cluster, its ports checked, and each
   task's argv, environment and TF_CONFIG built once, as a :class:`TaskPlan`;
 - the *supervisor* (:class:`_Supervisor`): spawns the tasks, streams their output, polls them,
   applies the policy for vital and non-vital tasks, and tears every process down on a failure,
@@ -214,7 +214,7 @@ def _base_env(env, python: str, is_function: bool) -> dict:
     return base
 
 
-def plan_launch(target, cluster, tasks=None, *, env=None, args=(), python=None,
+def _plan_launch(target, cluster, tasks=None, *, env=None, args=(), python=None,
                 rscript="Rscript", cwd=None, prepare_task=None) -> LaunchPlan:
     """Each task's argv, environment and TF_CONFIG, for :func:`launch` to start.
 
@@ -229,27 +229,29 @@ def plan_launch(target, cluster, tasks=None, *, env=None, args=(), python=None,
     workdir = tempfile.mkdtemp(prefix="tfdistributed-launch-")
     try:
         argv, is_function = _target_argv(target, args, python, rscript, workdir)
+        base = _base_env(env, python, is_function)
+        planned = [_plan_task(cluster, role, i, n, argv, base, python, workdir, is_function)
+                   for n, (role, i) in enumerate(wanted)]
+        for task in planned if prepare_task is not None else ():
+            prepare_task(task)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    base = _base_env(env, python, is_function)
-    ps_mode = bool(cluster.get("ps"))
-    planned = []
-    for n, (role, i) in enumerate(wanted):
-        server = ps_mode and role in ("worker", "ps")
-        task = TaskPlan(role, i, cluster[role][i], n, [python, "-m", "tfdistributed", "server"],
-                        dict(base, TF_CONFIG=json.dumps(tf_config(cluster, role, i))),
-                        server, ps_mode)
-        if not server:
-            task.argv = list(argv)
-            if is_function:
-                task.result_path = os.path.join(workdir, f"{role}-{i}.result.pkl")
-                task.argv.append(task.result_path)
-        if prepare_task is not None:
-            prepare_task(task)
-        planned.append(task)
     elsewhere = [(r, i) for r in cluster for i in range(len(cluster[r])) if (r, i) not in wanted]
     return LaunchPlan(cluster, planned, elsewhere, workdir, cwd)
+
+
+def _plan_task(cluster, role, i, position, argv, base, python, workdir, is_function) -> TaskPlan:
+    """One task: the target (or, in a parameter-server cluster, a server) with its TF_CONFIG."""
+    ps_mode = bool(cluster.get("ps"))
+    server = ps_mode and role in ("worker", "ps")
+    task = TaskPlan(role, i, cluster[role][i], position,
+                    [python, "-m", "tfdistributed", "server"] if server else list(argv),
+                    dict(base, TF_CONFIG=json.dumps(tf_config(cluster, role, i))), server, ps_mode)
+    if is_function and not server:
+        task.result_path = os.path.join(workdir, f"{role}-{i}.result.pkl")
+        task.argv.append(task.result_path)
+    return task
 
 
 # --- the supervisor ------------------------------------------------------------------------------
@@ -556,7 +558,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     if cluster is None:
         cluster = local_cluster(as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
                                 bool(chief))
-    plan = plan_launch(target, cluster, tasks, env=env, args=args, python=python, rscript=rscript,
+    plan = _plan_launch(target, cluster, tasks, env=env, args=args, python=python, rscript=rscript,
                        cwd=cwd, prepare_task=prepare_task)
     try:
         with _Supervisor(plan, Relay(echo=echo, on_output=on_output, show_all=show_all),

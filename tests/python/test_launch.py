@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -81,6 +82,18 @@ def test_prepare_task_changes_each_task_before_it_starts(tmp_path):
     core = min(os.sched_getaffinity(0))
     assert [t.output for t in result.tasks] == [[f"chief 0 0 [{core}]"], [f"worker 0 1 [{core}]"],
                                                 [f"worker 1 2 [{core}]"]]
+
+
+def test_a_failing_prepare_task_starts_nothing_and_leaves_no_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = script(tmp_path, "print('hi')")
+
+    def refuse(task):
+        raise RuntimeError(f"no {task.name}")
+
+    with pytest.raises(RuntimeError, match="no worker 0"):
+        tfd.launch(path, workers=2, timeout=10, prepare_task=refuse)
+    assert not list(tmp_path.glob("tfdistributed-launch-*"))
 
 
 def test_script_arguments_are_passed(tmp_path):
