@@ -17,32 +17,26 @@
 #' @seealso [local_cluster()] for free ports on this machine, [set_tf_config()].
 #' @export
 #' @examples
-#' \dontrun{
-#' tf_cluster(workers = c("10.0.0.1:2222", "10.0.0.2:2222"))
+#' if (backend_available()) {
+#'   tf_cluster(workers = c("10.0.0.1:2222", "10.0.0.2:2222"))
+#'   # Mistakes are R errors naming the field and the fix:
+#'   try(tf_cluster(workers = c("10.0.0.1:2222", "10.0.0.1")))
 #' }
-tf_cluster <- function(workers, ps = NULL, chief = NULL, evaluator = NULL) {
-  if (missing(workers)) {
-    abort("tf_cluster() needs `workers`: a character vector of \"host:port\" addresses, ",
-          "e.g. tf_cluster(workers = c(\"10.0.0.1:2222\", \"10.0.0.2:2222\")).")
-  }
-  check_addresses(workers, "workers", allow_null = !is.null(chief))
-  check_addresses(ps, "ps")
-  check_addresses(chief, "chief", single = TRUE)
-  check_addresses(evaluator, "evaluator", single = TRUE)
-  cluster <- with_backend(backend()$cluster_spec(py_list(workers), ps = py_list(ps),
-                                           chief = py_list(chief), evaluator = py_list(evaluator)))
+tf_cluster <- function(workers = NULL, ps = NULL, chief = NULL, evaluator = NULL) {
+  cluster <- with_backend(backend()$cluster_spec(
+    as_addresses(workers), ps = as_addresses(ps), chief = as_addresses(chief),
+    evaluator = as_addresses(evaluator)))
   as_tfdistributed_cluster(cluster)
 }
 
-check_addresses <- function(x, name, allow_null = TRUE, single = FALSE) {
-  if (is.null(x) && allow_null) {
-    return(invisible())
+# "host:port" strings -> a Python list (a single string stays a list). Whether the addresses
+# and their number are right is the backend's rule.
+as_addresses <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  if (!is.null(x) && (!is.character(x) || anyNA(x))) {
+    tfd_abort("`", arg, "` must be a character vector of \"host:port\" strings, e.g. ",
+              "\"127.0.0.1:2222\"; got ", describe(x), ".", call = call)
   }
-  if (!is.character(x) || anyNA(x) || (single && length(x) != 1)) {
-    what <- if (single) "a single \"host:port\" string" else "a character vector of \"host:port\" strings"
-    abort("`", name, "` must be ", what, ", e.g. \"127.0.0.1:2222\"; got ", describe(x), ".")
-  }
-  invisible()
+  py_list(x)
 }
 
 #' A cluster of tasks on this machine, on free ports
@@ -53,17 +47,19 @@ check_addresses <- function(x, name, allow_null = TRUE, single = FALSE) {
 #' @param workers Number of worker tasks.
 #' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
 #' @param chief Add a chief task.
+#' @param evaluator Add an evaluator task (it evaluates what the chief saves,
+#'   outside the training cluster).
 #' @return A `tfdistributed_cluster` (see [tf_cluster()]).
 #' @export
 #' @examples
-#' \dontrun{
-#' local_cluster(workers = 2)
+#' if (backend_available()) {
+#'   local_cluster(workers = 2)
+#'   local_cluster(workers = 2, ps = 1, chief = TRUE)
 #' }
-local_cluster <- function(workers = 2, ps = 0, chief = FALSE) {
-  workers <- as_integer(workers, "workers", minimum = 0L)
-  ps <- as_integer(ps, "ps", minimum = 0L)
-  chief <- as_flag(chief, "chief")
-  as_tfdistributed_cluster(with_backend(backend()$local_cluster(workers, ps = ps, chief = chief)))
+local_cluster <- function(workers = 2, ps = 0, chief = FALSE, evaluator = FALSE) {
+  as_tfdistributed_cluster(with_backend(backend()$local_cluster(
+    as_integer(workers), ps = as_integer(ps), chief = as_flag(chief),
+    evaluator = as_flag(evaluator))))
 }
 
 as_tfdistributed_cluster <- function(cluster) {
@@ -72,14 +68,14 @@ as_tfdistributed_cluster <- function(cluster) {
 }
 
 # R cluster list -> Python dict of lists (length-one roles must stay lists).
-cluster_to_py <- function(cluster) {
-  if (is_py(cluster)) {
+cluster_to_py <- function(cluster, call = rlang::caller_env()) {
+  if (is.null(cluster) || is_py(cluster)) {
     return(cluster)
   }
-  if (!is.list(cluster) || is.null(names(cluster)) || any(!nzchar(names(cluster)))) {
-    abort("`cluster` must be a named list of \"host:port\" vectors such as ",
-          "list(worker = c(\"127.0.0.1:2222\", \"127.0.0.1:2223\")) (see tf_cluster()), got ",
-          describe(cluster), ".")
+  if (!is.list(cluster) || !rlang::is_named(cluster)) {
+    tfd_abort("`cluster` must be a named list of \"host:port\" vectors such as ",
+              "list(worker = c(\"127.0.0.1:2222\", \"127.0.0.1:2223\")) (see tf_cluster()), got ",
+              describe(cluster), ".", call = call)
   }
   reticulate::r_to_py(lapply(unclass(cluster), function(x) if (is.character(x)) as.list(x) else x))
 }
@@ -108,13 +104,14 @@ print.tfdistributed_cluster <- function(x, ...) {
 #'   `format()` gives the JSON text.
 #' @export
 #' @examples
-#' \dontrun{
-#' tf_task_config(local_cluster(2), "worker", 1)
+#' if (backend_available()) {
+#'   config <- tf_task_config(local_cluster(2), "worker", 1)
+#'   config
+#'   format(config)   # the JSON text
 #' }
 tf_task_config <- function(cluster, task_type = "worker", task_index = 0) {
-  task_type <- as_string(task_type, "task_type", allow_null = TRUE)
-  task_index <- as_integer(task_index, "task_index", minimum = 0L)
-  config <- with_backend(backend()$tf_config(cluster_to_py(cluster), task_type, task_index))
+  config <- with_backend(backend()$tf_config(
+    cluster_to_py(cluster), as_string(task_type, allow_null = TRUE), as_integer(task_index)))
   as_tfdistributed_tf_config(config)
 }
 
@@ -126,17 +123,21 @@ as_tfdistributed_tf_config <- function(config) {
   structure(config, class = "tfdistributed_tf_config")
 }
 
-tf_config_to_py <- function(config) {
-  if (!is.list(config) || is.null(names(config))) {
-    abort("A TF_CONFIG must be a named list with `cluster` and `task` (or its JSON text), got ",
-          describe(config), ".")
+# A TF_CONFIG as R list -> Python dict (JSON text and NULL pass as they are).
+tf_config_to_py <- function(config, call = rlang::caller_env()) {
+  if (is.null(config) || is.character(config) || is_py(config)) {
+    return(config)
+  }
+  if (!is.list(config) || !rlang::is_named(config)) {
+    tfd_abort("A TF_CONFIG must be a named list with `cluster` and `task` (or its JSON text), got ",
+              describe(config), ".", call = call)
   }
   config <- unclass(config)
   if (!is.null(config$cluster)) {
-    config$cluster <- cluster_to_py(config$cluster)
+    config$cluster <- cluster_to_py(config$cluster, call = call)
   }
   if (is.list(config$task) && is.numeric(config$task$index)) {
-    config$task$index <- as_integer(config$task$index, "task index")
+    config$task$index <- as_integer(config$task$index, "task index", call = call)
   }
   reticulate::r_to_py(config)
 }
@@ -160,8 +161,10 @@ print.tfdistributed_tf_config <- function(x, ...) {
 
 #' Set or read this process's TF_CONFIG
 #'
-#' `set_tf_config()` validates a TF_CONFIG and exports it (to both R's and
-#' Python's environment) for this process. Call it before
+#' `set_tf_config()` validates a TF_CONFIG and exports it for this process:
+#' the process environment variable `TF_CONFIG` is its one store, which
+#' TensorFlow, R (`Sys.getenv("TF_CONFIG")`) and the tasks this process starts
+#' all read. Call it before
 #' [distribute_strategy()]: TensorFlow reads TF_CONFIG when the strategy is
 #' created. [launch_cluster()] sets it for every task it starts, so scripts run
 #' by it need not call this.
@@ -185,64 +188,30 @@ print.tfdistributed_tf_config <- function(x, ...) {
 #'   `get_tf_config()`: the validated TF_CONFIG, or `NULL` when none is set.
 #' @export
 #' @examples
-#' \dontrun{
-#' set_tf_config(local_cluster(2), "worker", 0)
-#' get_tf_config()
-#' clear_tf_config()
+#' if (backend_available()) {
+#'   set_tf_config(local_cluster(2), "worker", 0)
+#'   get_tf_config()
+#'   Sys.getenv("TF_CONFIG")
+#'   clear_tf_config()
+#'   get_tf_config()   # NULL: no cluster
 #' }
 set_tf_config <- function(cluster = NULL, task_type = "worker", task_index = 0, config = NULL) {
-  if (is.null(config)) {
-    if (is.null(cluster)) {
-      abort("set_tf_config() needs a `cluster` (and `task_type`, `task_index`) or a whole `config`, ",
-            "e.g. set_tf_config(local_cluster(2), \"worker\", 0).")
-    }
-    config <- tf_task_config(cluster, task_type, task_index)
-  } else {
-    if (!is.null(cluster)) {
-      abort("Pass either `config` or `cluster`/`task_type`/`task_index` to set_tf_config(), not both.")
-    }
-    config <- if (is.character(config)) config else tf_config_to_py(config)
-  }
-  set <- with_backend(backend()$set_tf_config(if (inherits(config, "tfdistributed_tf_config"))
-    tf_config_to_py(config) else config))
-  # The backend's own JSON, not a round trip through R lists, so keys we do not read keep
-  # their exact shape.
-  os <- reticulate::import("os", convert = TRUE)
-  Sys.setenv(TF_CONFIG = os$environ$get("TF_CONFIG"))
+  set <- with_backend(backend()$set_tf_config(
+    tf_config_to_py(config), cluster = cluster_to_py(cluster),
+    task_type = as_string(task_type, allow_null = TRUE), task_index = as_integer(task_index)))
   invisible(as_tfdistributed_tf_config(set))
 }
 
 #' @rdname set_tf_config
 #' @export
 get_tf_config <- function() {
-  sync_tf_config()
   as_tfdistributed_tf_config(with_backend(backend()$read_tf_config()))
 }
 
 #' @rdname set_tf_config
 #' @export
 clear_tf_config <- function() {
-  Sys.unsetenv("TF_CONFIG")
   with_backend(backend()$clear_tf_config())
-  invisible()
-}
-
-# Python's os.environ is a copy taken when Python started: a TF_CONFIG set later with R's
-# Sys.setenv() would be invisible to TensorFlow. R's value wins, as the user set it last.
-# An empty TF_CONFIG is passed on, not dropped: TensorFlow cannot read one, so the backend
-# says so, as it does for a Python process started with TF_CONFIG="".
-sync_tf_config <- function() {
-  backend()
-  os <- reticulate::import("os", convert = TRUE)
-  value <- Sys.getenv("TF_CONFIG", unset = NA)
-  current <- os$environ$get("TF_CONFIG")
-  if (is.na(value)) {
-    if (!is.null(current)) {
-      os$environ$pop("TF_CONFIG")
-    }
-  } else if (!identical(current, value)) {
-    os$environ$update(reticulate::dict(TF_CONFIG = value))
-  }
   invisible()
 }
 
@@ -262,22 +231,19 @@ sync_tf_config <- function() {
 #' @return A logical / an integer.
 #' @export
 #' @examples
-#' \dontrun{
-#' is_chief()
-#' num_workers()
+#' if (backend_available()) {
+#'   is_chief()      # TRUE without TF_CONFIG
+#'   num_workers()   # 1
+#'   config <- tf_task_config(local_cluster(3), "worker", 2)
+#'   is_chief(config)
+#'   num_workers(config)
 #' }
 is_chief <- function(config = NULL) {
-  sync_tf_config()
-  with_backend(backend()$is_chief(config_arg(config)))
+  with_backend(backend()$is_chief(tf_config_to_py(config)))
 }
 
 #' @rdname is_chief
 #' @export
 num_workers <- function(config = NULL) {
-  sync_tf_config()
-  as.integer(with_backend(backend()$num_workers(config_arg(config))))
-}
-
-config_arg <- function(config) {
-  if (is.null(config) || is.character(config)) config else tf_config_to_py(config)
+  as.integer(with_backend(backend()$num_workers(tf_config_to_py(config))))
 }

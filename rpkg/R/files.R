@@ -23,27 +23,28 @@
 #' @seealso [dataset_from_files()]
 #' @export
 #' @examples
-#' \dontrun{
-#' df <- data.frame(x1 = runif(100), x2 = runif(100), y = rbinom(100, 1, 0.5))
-#' write_dataset_shards(df, "my-data", num_shards = 4)
+#' if (backend_available()) {
+#'   df <- data.frame(x1 = runif(100), x2 = runif(100), y = rbinom(100, 1, 0.5))
+#'   dir <- file.path(tempdir(), "my-data")
+#'   basename(write_dataset_shards(df, dir, num_shards = 4))
 #' }
 write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord", "csv"),
                                  prefix = "part") {
   if (!is.data.frame(data)) {
-    abort("`data` must be a data frame, got ", describe(data), ".")
+    tfd_abort("`data` must be a data frame, got ", describe(data), ".")
   }
-  dir <- as_string(dir, "dir")
-  num_shards <- as_integer(num_shards, "num_shards", minimum = 1L)
+  dir <- as_string(dir)
+  num_shards <- as_integer(num_shards)
   format <- match.arg(format)
-  prefix <- as_string(prefix, "prefix")
+  prefix <- as_string(prefix)
   bad <- names(data)[!vapply(data, function(col) is.numeric(col) || is.logical(col) ||
                                 is.factor(col), logical(1))]
   if (length(bad)) {
-    abort("Column(s) ", paste(bad, collapse = ", "), " of `data` are not numeric: convert them ",
+    tfd_abort("Column(s) ", paste(bad, collapse = ", "), " of `data` are not numeric: convert them ",
           "to numbers or factors first (e.g. data$", bad[[1]], " <- factor(data$", bad[[1]], ")).")
   }
   if (anyNA(data)) {
-    abort("`data` contains NA: remove or impute missing values before writing.")
+    tfd_abort("`data` contains NA: remove or impute missing values before writing.")
   }
   columns <- lapply(data, function(col) {
     if (is.factor(col)) col <- as.integer(col) - 1L
@@ -78,25 +79,28 @@ write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord
 #' @seealso [write_dataset_shards()], [dataset_from_generator()]
 #' @export
 #' @examples
-#' \dontrun{
-#' train <- dataset_from_files("digits-tfrecord", label = "label", batch_size = 64)
-#' fit_distributed(model, train, epochs = 5)
+#' if (backend_available()) {
+#'   df <- data.frame(x1 = runif(100), x2 = runif(100), y = rbinom(100, 1, 0.5))
+#'   dir <- file.path(tempdir(), "my-shards")
+#'   write_dataset_shards(df, dir, num_shards = 2)
+#'   train <- dataset_from_files(dir, label = "y", batch_size = 20)
+#'   train$element_spec
 #' }
 dataset_from_files <- function(dir, label, batch_size = 32, features = NULL,
                                shuffle_files = FALSE, seed = NULL, shard_policy = "file") {
-  dir <- as_string(dir, "dir")
+  dir <- as_string(dir)
+  # TODO(backend): read_shards() names a missing directory itself; until then, here.
   if (!dir.exists(dir)) {
-    abort("Directory '", dir, "' does not exist; write it first with write_dataset_shards().")
+    tfd_abort("Directory '", dir, "' does not exist; write it first with write_dataset_shards().")
   }
-  label <- as_string(label, "label")
-  batch_size <- as_integer(batch_size, "batch_size", minimum = 1L)
+  label <- as_string(label)
+  batch_size <- as_integer(batch_size)
   if (!is.null(features) && (!is.character(features) || anyNA(features))) {
-    abort("`features` must be a character vector of column names, got ", describe(features), ".")
+    tfd_abort("`features` must be a character vector of column names, got ", describe(features), ".")
   }
   with_backend(backend()$read_shards(
     normalizePath(dir), label, batch_size = batch_size, features = py_list(features),
-    shuffle_files = as_flag(shuffle_files, "shuffle_files"),
-    seed = as_integer(seed, "seed", allow_null = TRUE),
-    shard_policy = as_string(shard_policy, "shard_policy")
+    shuffle_files = as_flag(shuffle_files), seed = as_integer(seed),
+    shard_policy = as_string(shard_policy)
   ))
 }

@@ -48,7 +48,7 @@
 #'
 #' An error in the function stops training at once with an R error of class
 #' `tfdistributed_generator_error` that carries your function's message (and
-#' the original condition as `$parent`); a batch of the wrong type or shape is
+#' the original condition as `$parent`, shown under "Caused by"); a batch of the wrong type or shape is
 #' the same error naming the expected signature; an interrupt (Ctrl-C) stops
 #' training. Up to `prefetch` batches made before training stopped are
 #' discarded.
@@ -60,33 +60,39 @@
 #' @seealso [dataset_from_files()], [write_dataset_shards()]
 #' @export
 #' @examples
-#' \dontrun{
-#' digits <- digits_data()
-#' batches <- function(x, y, batch_size = 64) {
-#'   start <- 1
-#'   function() {
-#'     if (start > nrow(x)) { start <<- 1; return(NULL) }   # end of the epoch
-#'     rows <- start:min(start + batch_size - 1, nrow(x))
-#'     start <<- start + batch_size
-#'     list(x[rows, , , , drop = FALSE], y[rows])
+#' if (backend_available()) {
+#'   digits <- digits_data()
+#'   batches <- function(x, y, batch_size = 64) {
+#'     start <- 1
+#'     function() {
+#'       if (start > nrow(x)) { start <<- 1; return(NULL) }   # end of the epoch
+#'       rows <- start:min(start + batch_size - 1, nrow(x))
+#'       start <<- start + batch_size
+#'       list(x[rows, , , , drop = FALSE], y[rows])
+#'     }
 #'   }
-#' }
-#' gen <- dataset_from_generator(batches(digits$train$x, digits$train$y))
-#' fit_distributed(model, gen, epochs = 10)
+#'   gen <- dataset_from_generator(batches(digits$train$x, digits$train$y))
+#'   gen
+#'   model <- keras$Sequential(list(keras$Input(shape = input_shape(8, 8, 1)),
+#'                                  keras$layers$Flatten(), keras$layers$Dense(10L)))
+#'   model$compile(optimizer = "adam", metrics = list("accuracy"),
+#'                 loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE))
+#'   fit_distributed(model, gen, epochs = 2, verbose = 0)
 #' }
 dataset_from_generator <- function(generator, prefetch = 8) {
   if (!is.function(generator)) {
-    abort("`generator` must be an R function returning the next batch as list(x, y), got ",
+    tfd_abort("`generator` must be an R function returning the next batch as list(x, y), got ",
           describe(generator), ".", class = "tfdistributed_generator_error")
   }
-  prefetch <- as_integer(prefetch, "prefetch", minimum = 1L)
+  # The backend's feed holds `prefetch` batches: its rule, checked now rather than at fit().
+  prefetch <- with_backend(backend()$`_args`$as_int(as_integer(prefetch), "prefetch", minimum = 1L))
   args <- names(formals(generator))
   known <- c("worker_index", "num_workers")
   unknown <- setdiff(args, c(known, "..."))
   required <- unknown[vapply(formals(generator)[unknown], function(a) identical(a, quote(expr = )),
                              logical(1))]
   if (length(required)) {
-    abort("The generator has argument(s) ", paste0("`", required, "`", collapse = ", "),
+    tfd_abort("The generator has argument(s) ", paste0("`", required, "`", collapse = ", "),
           " without a default; it is called with no arguments, or with `worker_index` and ",
           "`num_workers` when it declares them. Give the others defaults, or capture them in a ",
           "closure: function(worker_index, num_workers) { ... }.",
@@ -142,7 +148,7 @@ serve_training <- function(call, x, env, what) {
 # A tf$data$Dataset$from_generator(<R function>) would hang in fit(): refused with the fix.
 refuse_raw_generator <- function(x, what) {
   if (!inherits(x, "tfdistributed_generator_dataset")) {
-    abort(what, "() was given a tf.data dataset whose generator is an R function ",
+    tfd_abort(what, "() was given a tf.data dataset whose generator is an R function ",
           "(tf$data$Dataset$from_generator(<R function>)). Keras would hang on it: TensorFlow ",
           "calls the generator on its own thread, and that call waits for R's main thread, ",
           "which waits inside fit(). Pass dataset_from_generator(<your function>) instead: it ",
@@ -156,7 +162,7 @@ no_array_args <- function(what, y, batch_size, sample_weight) {
   given <- c(y = !is.null(y), batch_size = !is.null(batch_size),
              sample_weight = !is.null(sample_weight))
   if (any(given)) {
-    abort(what, "(): ", paste0("`", names(given)[given], "`", collapse = ", "),
+    tfd_abort(what, "(): ", paste0("`", names(given)[given], "`", collapse = ", "),
           " apply to arrays only: a generator returns list(x, y[, sample_weight]) batches of ",
           "the global batch size itself.", class = "tfdistributed_generator_error")
   }
@@ -168,25 +174,22 @@ fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_si
                        sample_weight = NULL, check_shards = TRUE,
                        verbose = getOption("tfdistributed.verbose", "auto"), ...) {
   refuse_raw_generator(x, "fit_distributed")
-  check_model(model)
-  check_strategy(strategy, allow_null = TRUE)
   no_array_args("fit_distributed", y, batch_size, sample_weight)
   if (!is.null(shard_policy)) {
-    abort("fit_distributed(): `shard_policy` does not apply to a generator: each worker's ",
+    tfd_abort("fit_distributed(): `shard_policy` does not apply to a generator: each worker's ",
           "generator produces that worker's data (TensorFlow does not shard it).",
           class = "tfdistributed_generator_error")
   }
   if (inherits(validation_data, "tfdistributed_generator_dataset")) {
-    abort("fit_distributed(): `validation_data` cannot be a generator; pass list(x, y) arrays ",
+    tfd_abort("fit_distributed(): `validation_data` cannot be a generator; pass list(x, y) arrays ",
           "or a tf.data dataset, or call evaluate_distributed() with the generator after ",
           "training.", class = "tfdistributed_generator_error")
   }
   args <- list(
-    strategy = strategy, epochs = as_integer(epochs, "epochs", minimum = 1L),
+    strategy = strategy, epochs = as_integer(epochs),
     validation_data = validation_arg(validation_data), callbacks = callbacks_arg(callbacks),
-    steps_per_epoch = as_integer(steps_per_epoch, "steps_per_epoch", minimum = 1L,
-                                 allow_null = TRUE),
-    check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
+    steps_per_epoch = as_integer(steps_per_epoch),
+    check_shards = as_flag(check_shards), verbose = as_verbose(verbose), ...
   )
   history <- run_served(model, x, strategy, args, "fit", passes = NULL,
                         stream = !is.null(args$steps_per_epoch))
@@ -198,12 +201,9 @@ evaluate_served <- function(model, x, y = NULL, strategy = NULL, batch_size = NU
                             check_shards = TRUE,
                             verbose = getOption("tfdistributed.verbose", "auto"), ...) {
   refuse_raw_generator(x, "evaluate_distributed")
-  check_model(model)
-  check_strategy(strategy, allow_null = TRUE)
   no_array_args("evaluate_distributed", y, batch_size, sample_weight)
-  steps <- as_integer(steps, "steps", minimum = 1L, allow_null = TRUE)
-  args <- list(strategy = strategy, steps = steps,
-               check_shards = as_flag(check_shards, "check_shards"),
+  steps <- as_integer(steps)
+  args <- list(strategy = strategy, steps = steps, check_shards = as_flag(check_shards),
                verbose = as_verbose(verbose), ...)
   # Without `steps`, evaluation is one pass: R stops calling the generator at its NULL.
   result <- run_served(model, x, strategy, args, "evaluate", passes = if (is.null(steps)) 1L,
@@ -279,8 +279,9 @@ produce_batch <- function(x, feed, call_args, state) {
       state$batches <- number
     }
   }, python.builtin.Exception = function(e) {
-    state$error <- tfdistributed_condition(python_message(e),
-                                           class = "tfdistributed_generator_error")
+    message <- if (inherits(e, "tfdistributed.errors.TFDistributedError")) e$message_for("r") else
+      python_message(e)
+    state$error <- generator_error(message)
     feed$fail(conditionMessage(state$error))
   }, tfdistributed_generator_error = function(e) {
     state$error <- e
@@ -290,13 +291,16 @@ produce_batch <- function(x, feed, call_args, state) {
   is.null(state$error) && !isTRUE(state$stopped)
 }
 
+# A condition of class tfdistributed_generator_error, to be signalled later with stop().
+generator_error <- function(message, parent = NULL) {
+  rlang::error_cnd(c("tfdistributed_generator_error", "tfdistributed_error"),
+                   message = message, parent = parent)
+}
+
+# The generator's own error is the parent: R shows it under "Caused by".
 generator_failed <- function(e, calls, batches) {
-  condition <- tfdistributed_condition(
-    paste0("The data generator failed on call ", calls, " (after ", batches, " batches): ",
-           conditionMessage(e), " (training was stopped)."),
-    class = "tfdistributed_generator_error")
-  condition$parent <- e
-  condition
+  generator_error(paste0("The data generator failed on call ", calls, " (after ", batches,
+                         " batches); training was stopped."), parent = e)
 }
 
 # A batch as Python expects it: an unnamed list(x, y[, w]) of arrays. R vectors get a dim so
@@ -304,7 +308,7 @@ generator_failed <- function(e, calls, batches) {
 # codes, data frames numeric matrices.
 batch_to_py <- function(batch, number) {
   if (!is.list(batch) || is.data.frame(batch) || !length(batch) %in% c(2L, 3L)) {
-    abort("Batch ", number, " is ", describe(batch), ", not list(x, y) or ",
+    tfd_abort("Batch ", number, " is ", describe(batch), ", not list(x, y) or ",
           "list(x, y, sample_weight). The generator must return list(x, y) for each batch ",
           "(NULL to end an epoch), x a numeric array whose first dimension is the batch, y the ",
           "targets with the same first dimension.", class = "tfdistributed_generator_error")

@@ -28,13 +28,13 @@ install_tfdistributed <- function(envname = default_envname, package = "tfdistri
   envname <- as_string(envname, "envname")
   package <- as_string(package, "package")
   if (!is.null(extra_packages) && (!is.character(extra_packages) || anyNA(extra_packages))) {
-    abort("`extra_packages` must be a character vector of pip requirements, got ",
+    tfd_abort("`extra_packages` must be a character vector of pip requirements, got ",
           describe(extra_packages), ".")
   }
   python <- as_string(python, "python", allow_null = TRUE)
   if (dir.exists(package)) {
     if (!file.exists(file.path(package, "pyproject.toml"))) {
-      abort("`package` = '", package, "' is a directory without pyproject.toml: pass the ",
+      tfd_abort("`package` = '", package, "' is a directory without pyproject.toml: pass the ",
             "project's root directory (the one holding pyproject.toml), or \"tfdistributed\".")
     }
     package <- normalizePath(package)

@@ -18,6 +18,7 @@
 #' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
 #' @param chief Add a chief task.
 #' @param timeout Seconds for the whole job; then every process is stopped.
+#'   `NULL`: the backend's default (15 minutes).
 #' @param env Named character vector of extra environment variables for every task.
 #' @param args Command-line arguments for the script.
 #' @param echo Print each task's output as it arrives.
@@ -35,44 +36,43 @@
 #'   lines, `$seconds` the wall time, `$cluster` the cluster.
 #' @export
 #' @examples
+#' if (backend_available()) {
+#'   script <- tempfile(fileext = ".R")
+#'   writeLines(c("library(tfdistributed)",
+#'                "cat('task of', num_workers(), 'workers; chief:', is_chief(), '\\n')"),
+#'              script)
+#'   job <- launch_cluster(script, workers = 2, timeout = 120)
+#'   job$tasks
+#' }
 #' \dontrun{
-#' launch_cluster("train.R", workers = 2)
+#' # The same script on a SLURM cluster or on Ray:
 #' launch_cluster("train.R", workers = 4, backend = "slurm", partition = "gpu")
 #' launch_cluster("train.R", workers = 2, backend = "ray")
 #' }
-launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = 900,
+launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
                            env = NULL, args = NULL, echo = TRUE, backend = "local", ...) {
-  script <- as_string(script, "script")
-  if (!file.exists(script)) {
-    abort("Script '", script, "' does not exist (working directory '", getwd(), "'). ",
-          "Pass the path of an existing .R or .py file.")
-  }
-  workers <- as_integer(workers, "workers", minimum = 1L)
-  ps <- as_integer(ps, "ps", minimum = 0L)
-  chief <- as_flag(chief, "chief")
-  timeout <- as_number(timeout, "timeout")
-  echo <- as_flag(echo, "echo")
-  backend <- as_string(backend, "backend")
+  script <- as_string(script)
+  echo <- as_flag(echo)
   options <- list(...)
-  if (length(options) && (is.null(names(options)) || any(!nzchar(names(options))))) {
-    abort("Options of the ", backend, " backend must be named, e.g. partition = \"gpu\".")
-  }
-  if (!is.null(env) && (is.null(names(env)) || any(!nzchar(names(env))) || anyNA(env))) {
-    abort("`env` must be a named character vector such as c(MY_VAR = \"1\"), got ", describe(env), ".")
-  }
+  check_named(options, "...", what = "named options of the backend", example = 'partition = "gpu"')
+  check_named(env, example = 'c(MY_VAR = "1")')
   env_py <- if (is.null(env)) NULL else reticulate::r_to_py(as.list(vapply(env, as.character, "")))
   if (!is.null(args) && (!is.atomic(args) || anyNA(args))) {
-    abort("`args` must be a character vector of command-line arguments, got ", describe(args), ".")
+    tfd_abort("`args` must be a character vector of command-line arguments, got ", describe(args), ".")
   }
   # Output is relayed through an R function called on R's own thread, so cat() output is
   # captured by knitr and sink(); Python's own echo would bypass them.
   on_output <- if (echo) function(line) cat(line, "\n", sep = "") else NULL
   # Rscript tasks find this package where this session does.
   env_py <- merge_env(env_py, R_LIBS = paste(.libPaths(), collapse = .Platform$path.sep))
-  result <- with_backend(do.call(backend()$launch, c(list(
-    normalizePath(script), workers = workers, ps = ps, chief = chief, timeout = timeout,
-    env = env_py, args = py_list(as.character(args)), on_output = on_output, echo = FALSE,
-    rscript = file.path(R.home("bin"), "Rscript"), backend = backend), options)))
+  # Left out (NULL), the timeout is the backend's default.
+  arguments <- c(list(
+    normalizePath(script, mustWork = FALSE), workers = as_integer(workers), ps = as_integer(ps),
+    chief = as_flag(chief), env = env_py, args = py_list(as.character(args)),
+    on_output = on_output, echo = FALSE, rscript = file.path(R.home("bin"), "Rscript"),
+    backend = as_string(backend)), if (!is.null(timeout)) list(timeout = as_number(timeout)),
+    options)
+  result <- with_backend(do.call(backend()$launch, arguments))
   tasks <- result$tasks
   out <- structure(list(
     cluster = as_tfdistributed_cluster(result$cluster),

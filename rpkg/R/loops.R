@@ -23,27 +23,28 @@
 #'   returning the global mean loss as a scalar tensor.
 #' @export
 #' @examples
-#' \dontrun{
-#' step <- make_train_step(model, "sparse_categorical_crossentropy", optimizer,
-#'                         strategy, global_batch_size = 64)
-#' reticulate::iterate(strategy$experimental_distribute_dataset(ds), function(batch) {
-#'   step(batch)
-#' })
+#' if (backend_available()) {
+#'   strategy <- distribute_strategy("default")
+#'   with(strategy$scope(), {
+#'     model <- keras$Sequential(list(keras$Input(shape = input_shape(3)),
+#'                                    keras$layers$Dense(1L)))
+#'     optimizer <- keras$optimizers$SGD(0.1)
+#'   })
+#'   ds <- dataset_from_arrays(matrix(runif(64 * 3), 64), runif(64), batch_size = 16)
+#'   losses <- train_loop(model, ds, "mse", optimizer, strategy, global_batch_size = 16,
+#'                        epochs = 2)
+#'   losses
 #' }
 make_train_step <- function(model, loss, optimizer, strategy, global_batch_size) {
-  check_model(model)
-  check_strategy(strategy)
-  global_batch_size <- as_integer(global_batch_size, "global_batch_size", minimum = 1L)
-  with_backend(backend()$loops$make_train_step(model, loss, optimizer, strategy, global_batch_size))
+  with_backend(backend()$loops$make_train_step(model, loss, optimizer, strategy,
+                                               as_integer(global_batch_size)))
 }
 
 #' @rdname make_train_step
 #' @export
 make_eval_step <- function(model, loss, strategy, global_batch_size) {
-  check_model(model)
-  check_strategy(strategy)
-  global_batch_size <- as_integer(global_batch_size, "global_batch_size", minimum = 1L)
-  with_backend(backend()$loops$make_eval_step(model, loss, strategy, global_batch_size))
+  with_backend(backend()$loops$make_eval_step(model, loss, strategy,
+                                              as_integer(global_batch_size)))
 }
 
 #' @rdname make_train_step
@@ -53,11 +54,7 @@ make_eval_step <- function(model, loss, strategy, global_batch_size) {
 #' @return `train_loop()`: the mean loss of each epoch (numeric vector).
 #' @export
 train_loop <- function(model, dataset, loss, optimizer, strategy, global_batch_size, epochs = 1) {
-  check_model(model)
-  check_strategy(strategy)
-  check_dataset(dataset)
   unlist(with_backend(backend()$loops$train_loop(
     model, dataset, loss = loss, optimizer = optimizer, strategy = strategy,
-    global_batch_size = as_integer(global_batch_size, "global_batch_size", minimum = 1L),
-    epochs = as_integer(epochs, "epochs", minimum = 1L))))
+    global_batch_size = as_integer(global_batch_size), epochs = as_integer(epochs))))
 }

@@ -27,12 +27,13 @@ tfd <- NULL
 #'
 #' @format A Python module proxy created by [reticulate::import()].
 #' @examples
-#' \dontrun{
-#' model <- keras$Sequential(list(
-#'   keras$Input(shape = shape(8, 8, 1)),
-#'   keras$layers$Flatten(),
-#'   keras$layers$Dense(10L)
-#' ))
+#' if (backend_available()) {
+#'   model <- keras$Sequential(list(
+#'     keras$Input(shape = input_shape(8, 8, 1)),
+#'     keras$layers$Flatten(),
+#'     keras$layers$Dense(10L)
+#'   ))
+#'   model$count_params()
 #' }
 #' @export
 keras <- NULL
@@ -99,7 +100,7 @@ backend <- function() {
         paste0("Python ", python, " has no module 'tfdistributed'")
     }, error = function(e) conditionMessage(e))
     if (!is.null(problem)) {
-      abort("The Python backend 'tfdistributed' is not available (", trimws(problem), "). ",
+      tfd_abort("The Python backend 'tfdistributed' is not available (", trimws(problem), "). ",
             "Fix: run tfdistributed::install_tfdistributed() and restart R, or set ",
             "RETICULATE_PYTHON to a Python where the backend is installed (inside the project: ",
             "`make setup`, which creates .venv/bin/python).", class = "tfdistributed_backend_missing")
@@ -118,31 +119,47 @@ backend <- function() {
 #' @export
 #' @examples
 #' backend_available()
+#' if (backend_available()) {
+#'   tfd$cluster$is_chief()   # the backend module, through reticulate
+#' }
 backend_available <- function() {
   isTRUE(tryCatch(reticulate::py_module_available("tfdistributed"), error = function(e) FALSE))
 }
 
-#' A tensor shape for Keras, from R numbers
+#' The shape of a Keras input, from R numbers
 #'
 #' `keras$Input(shape = c(3L))` would pass the scalar 3, which Keras rejects,
-#' and `c(8, 8, 1)` would pass floats. `shape()` gives Keras the tuple of
-#' integers it expects; `NA` or `NULL` stands for an unknown dimension.
+#' and `c(8, 8, 1)` would pass floats. `input_shape()` gives Keras the tuple of
+#' integers it expects; `NA` or `NULL` stands for an unknown dimension. (It is
+#' not called `shape()`, so that it does not mask `shape()` of the tensorflow
+#' and keras3 R packages.)
 #'
-#' @param ... Dimensions (whole numbers; `NA`/`NULL` for unknown).
+#' @param ... Dimensions (whole numbers; `NA`/`NULL` for unknown), or one
+#'   numeric vector of them.
 #' @return A Python tuple.
 #' @export
 #' @examples
-#' \dontrun{
-#' keras$Input(shape = shape(8, 8, 1))
+#' if (backend_available()) {
+#'   input_shape(8, 8, 1)
+#'   input_shape(c(8, 8, 1))
+#'   input_shape(NA, 4)    # (None, 4)
+#'   keras$Input(shape = input_shape(4))
 #' }
-shape <- function(...) {
+input_shape <- function(...) {
   dims <- list(...)
   if (length(dims) == 1 && is.numeric(dims[[1]]) && length(dims[[1]]) > 1) {
     dims <- as.list(dims[[1]])
   }
   dims <- lapply(seq_along(dims), function(i) {
     d <- dims[[i]]
-    if (is.null(d) || (length(d) == 1 && is.na(d))) NULL else as_integer(d, paste0("dimension ", i), minimum = 0L)
+    if (is.null(d) || (length(d) == 1 && is.na(d))) {
+      return(NULL)
+    }
+    d <- as_integer(d, paste0("dimension ", i))
+    if (d < 0L) {
+      tfd_abort("`dimension ", i, "` must be >= 0 (NA for an unknown size), got ", d, ".")
+    }
+    d
   })
   do.call(reticulate::tuple, dims)
 }

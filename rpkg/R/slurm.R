@@ -26,11 +26,9 @@
 #' strategy <- distribute_strategy("auto")   # multi_worker_mirrored over the 2 tasks
 #' }
 tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
-  port_base <- as_integer(port_base, "port_base", minimum = 1L, allow_null = TRUE)
-  ps <- as_integer(ps, "ps", minimum = 0L, allow_null = TRUE)
-  if (!is.null(chief)) chief <- as_flag(chief, "chief")
   config <- with_backend(backend()$slurm$tf_config_from_slurm(
-    port_base = port_base, ps = ps, chief = chief))
+    port_base = as_integer(port_base), ps = as_integer(ps),
+    chief = as_flag(chief, allow_null = TRUE)))
   as_tfdistributed_tf_config(config)
 }
 
@@ -46,12 +44,15 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #'   `writeLines()` it to a file and submit it with `sbatch`, or let
 #'   `launch_cluster(script, backend = "slurm")` do both and follow the job.
 #' @export
+#' @examples
+#' if (backend_available()) {
+#'   script <- tempfile(fileext = ".R")
+#'   writeLines("library(tfdistributed)", script)
+#'   cat(slurm_script(script, workers = 2, partition = "cpu"))
+#' }
 slurm_script <- function(script, workers = 2, ps = 0, chief = FALSE, args = NULL, ...) {
-  script <- as_string(script, "script")
-  workers <- as_integer(workers, "workers", minimum = 1L)
-  ps <- as_integer(ps, "ps", minimum = 0L)
-  chief <- as_flag(chief, "chief")
   with_backend(backend()$slurm$slurm_script(
-    normalizePath(script, mustWork = TRUE), workers = workers, ps = ps, chief = chief,
-    args = py_list(as.character(args)), rscript = file.path(R.home("bin"), "Rscript"), ...))
+    normalizePath(as_string(script), mustWork = FALSE), workers = as_integer(workers),
+    ps = as_integer(ps), chief = as_flag(chief), args = py_list(as.character(args)),
+    rscript = file.path(R.home("bin"), "Rscript"), ...))
 }

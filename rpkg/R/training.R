@@ -46,26 +46,27 @@
 #' @seealso [distribute_strategy()], [evaluate_distributed()]
 #' @export
 #' @examples
-#' \dontrun{
-#' strategy <- distribute_strategy("mirrored", num_cpu_devices = 2)
-#' digits <- digits_data()
-#' with(strategy$scope(), {
-#'   model <- keras$Sequential(list(
-#'     keras$Input(shape = shape(8, 8, 1)),
-#'     keras$layers$Flatten(),
-#'     keras$layers$Dense(64L, activation = "relu"),
-#'     keras$layers$Dense(10L)
-#'   ))
-#'   model$compile(
-#'     optimizer = "adam",
-#'     loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE),
-#'     metrics = list("accuracy")
-#'   )
-#' })
-#' history <- fit_distributed(model, digits$train$x, digits$train$y,
-#'                            epochs = 20, batch_size = 64)
-#' plot(history)
-#' evaluate_distributed(model, digits$test$x, digits$test$y)
+#' if (backend_available()) {
+#'   strategy <- distribute_strategy("auto")
+#'   digits <- digits_data()
+#'   with(strategy$scope(), {
+#'     model <- keras$Sequential(list(
+#'       keras$Input(shape = input_shape(8, 8, 1)),
+#'       keras$layers$Flatten(),
+#'       keras$layers$Dense(64L, activation = "relu"),
+#'       keras$layers$Dense(10L)
+#'     ))
+#'     model$compile(
+#'       optimizer = "adam",
+#'       loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE),
+#'       metrics = list("accuracy")
+#'     )
+#'   })
+#'   history <- fit_distributed(model, digits$train$x, digits$train$y,
+#'                              epochs = 3, batch_size = 64, verbose = 0)
+#'   history
+#'   plot(history)
+#'   evaluate_distributed(model, digits$test$x, digits$test$y, verbose = 0)
 #' }
 fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_size = NULL,
                             validation_data = NULL, validation_split = NULL, callbacks = NULL,
@@ -77,25 +78,19 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, bat
   if (!missing(x) && is_generator_dataset(x)) {
     return(serve_training(match.call(), x, parent.frame(), "fit"))
   }
-  check_model(model)
-  check_strategy(strategy, allow_null = TRUE)
-  epochs <- as_integer(epochs, "epochs", minimum = 1L)
-  batch_size <- as_integer(batch_size, "batch_size", minimum = 1L, allow_null = TRUE)
-  steps_per_epoch <- as_integer(steps_per_epoch, "steps_per_epoch", minimum = 1L, allow_null = TRUE)
-  seed <- as_integer(seed, "seed", allow_null = TRUE)
-  shard_policy <- as_string(shard_policy, "shard_policy", allow_null = TRUE)
   if (missing(x)) {
-    abort("fit_distributed() needs data: arrays `x` and `y`, or a tf.data.Dataset as `x`.")
+    x <- NULL   # the backend says what data it needs
   }
   history <- with_backend(backend()$fit(
     model, to_numpy(x, "x"), to_numpy(y, "y"),
-    strategy = strategy, epochs = epochs, batch_size = batch_size,
+    strategy = strategy, epochs = as_integer(epochs), batch_size = as_integer(batch_size),
     validation_data = validation_arg(validation_data),
-    validation_split = as_fraction(validation_split, "validation_split"),
+    validation_split = as_number(validation_split),
     class_weight = class_weight_arg(class_weight), callbacks = callbacks_arg(callbacks),
-    shard_policy = shard_policy, shuffle = as_flag(shuffle, "shuffle"), seed = seed,
-    steps_per_epoch = steps_per_epoch, sample_weight = to_numpy(sample_weight, "sample_weight"),
-    check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
+    shard_policy = as_string(shard_policy, allow_null = TRUE), shuffle = as_flag(shuffle),
+    seed = as_integer(seed), steps_per_epoch = as_integer(steps_per_epoch),
+    sample_weight = to_numpy(sample_weight, "sample_weight"),
+    check_shards = as_flag(check_shards), verbose = as_verbose(verbose), ...
   ))
   as_tfdistributed_history(history)
 }
@@ -112,54 +107,32 @@ evaluate_distributed <- function(model, x, y = NULL, strategy = NULL, batch_size
   if (!missing(x) && is_generator_dataset(x)) {
     return(serve_training(match.call(), x, parent.frame(), "evaluate"))
   }
-  check_model(model)
-  check_strategy(strategy, allow_null = TRUE)
-  batch_size <- as_integer(batch_size, "batch_size", minimum = 1L, allow_null = TRUE)
-  steps <- as_integer(steps, "steps", minimum = 1L, allow_null = TRUE)
-  shard_policy <- as_string(shard_policy, "shard_policy", allow_null = TRUE)
   if (missing(x)) {
-    abort("evaluate_distributed() needs data: arrays `x` and `y`, or a tf.data.Dataset as `x`.")
+    x <- NULL   # the backend says what data it needs
   }
   result <- with_backend(backend()$evaluate(
     model, to_numpy(x, "x"), to_numpy(y, "y"),
-    strategy = strategy, batch_size = batch_size, shard_policy = shard_policy,
-    sample_weight = to_numpy(sample_weight, "sample_weight"), steps = steps,
-    check_shards = as_flag(check_shards, "check_shards"), verbose = as_verbose(verbose), ...
+    strategy = strategy, batch_size = as_integer(batch_size),
+    shard_policy = as_string(shard_policy, allow_null = TRUE),
+    sample_weight = to_numpy(sample_weight, "sample_weight"), steps = as_integer(steps),
+    check_shards = as_flag(check_shards), verbose = as_verbose(verbose), ...
   ))
   unlist(result)
 }
 
-check_model <- function(model) {
-  if (!inherits(model, "keras.src.models.model.Model")) {
-    abort("`model` must be a Keras model (e.g. keras$Sequential(...)) built and compiled inside ",
-          "with(strategy$scope(), { ... }), got ", describe(model), ".")
-  }
-  model
-}
-
+# list(x, y[, sample_weight]) -> a Python tuple of arrays; an R array -> a NumPy array. Which
+# shapes are valid validation data is the backend's rule.
 validation_arg <- function(validation_data) {
   if (is.null(validation_data) || is_py(validation_data)) {
     return(validation_data)
   }
-  if (!is.list(validation_data) || is.data.frame(validation_data) ||
-      !length(validation_data) %in% c(2, 3)) {
-    abort("`validation_data` must be list(x, y), list(x, y, sample_weight) or a ",
-          "tf.data.Dataset, got ", describe(validation_data), ".")
+  if (!is.list(validation_data) || is.data.frame(validation_data)) {
+    return(to_numpy(validation_data, "validation_data"))
   }
-  parts <- Map(to_numpy, validation_data, c("validation x", "validation y",
-                                            "validation sample_weight")[seq_along(validation_data)])
+  names <- c("validation x", "validation y", "validation sample_weight")
+  parts <- Map(to_numpy, validation_data,
+               c(names, rep("validation_data", length(validation_data)))[seq_along(validation_data)])
   do.call(reticulate::tuple, unname(parts))
-}
-
-as_fraction <- function(x, name) {
-  if (is.null(x)) {
-    return(NULL)
-  }
-  if (!is.numeric(x) || length(x) != 1 || is.na(x) || x <= 0 || x >= 1) {
-    abort("`", name, "` must be a fraction between 0 and 1 (e.g. ", name, " = 0.2), got ",
-          describe(x), ".")
-  }
-  as.numeric(x)
 }
 
 class_weight_arg <- function(class_weight) {
@@ -169,8 +142,8 @@ class_weight_arg <- function(class_weight) {
   classes <- suppressWarnings(as.integer(names(class_weight)))
   if (!(is.numeric(class_weight) || is.list(class_weight)) || is.null(names(class_weight)) ||
       anyNA(classes)) {
-    abort("`class_weight` must be named by class index, e.g. c(\"0\" = 1, \"1\" = 2.5), got ",
-          describe(class_weight), ".")
+    tfd_abort("`class_weight` must be named by class index, e.g. c(\"0\" = 1, \"1\" = 2.5), got ",
+              describe(class_weight), ".")
   }
   weights <- as.numeric(unlist(class_weight))
   reticulate::py_dict(as.list(classes), as.list(weights))
@@ -184,7 +157,7 @@ callbacks_arg <- function(callbacks) {
     callbacks <- list(callbacks)
   }
   if (!is.list(callbacks) || !all(vapply(callbacks, is_py, logical(1)))) {
-    abort("`callbacks` must be a Keras callback or a list of them ",
+    tfd_abort("`callbacks` must be a Keras callback or a list of them ",
           "(e.g. keras$callbacks$EarlyStopping()), got ", describe(callbacks), ".")
   }
   callbacks
@@ -241,7 +214,7 @@ plot.tfdistributed_history <- function(x, y, metrics = NULL, ...) {
     base <- intersect(base, metrics)
   }
   if (!length(base)) {
-    abort("Nothing to plot: the history has no metrics", if (!is.null(metrics)) " of those names", ".")
+    tfd_abort("Nothing to plot: the history has no metrics", if (!is.null(metrics)) " of those names", ".")
   }
   old <- graphics::par(mfrow = c(length(base), 1), mar = c(4, 4, 1.5, 1))
   on.exit(graphics::par(old))

@@ -1,18 +1,25 @@
-# Argument coercion at the R/Python boundary, and backend errors turned into R errors.
+# The R/Python boundary: R values coerced to what the backend expects, and backend errors
+# turned into R conditions.
 #
-# R writes 64 for a double; Python's backend refuses floats where it needs an int (so that a
-# 64.5 is caught), so whole doubles become integers here and everything else is an R error
-# naming the fix, before Python is involved.
+# The Python backend holds every rule and every message (a batch size that does not divide
+# over the replicas, a misspelt strategy, a malformed TF_CONFIG...). This file only does what
+# reticulate cannot do right by itself: R writes 64 for a double, and the backend refuses
+# floats where it needs a count (so that a computed 64.5 is caught), so whole doubles become
+# integers here; NA (which has no Python equivalent) is refused here; character vectors that
+# must stay lists become lists. Everything else goes to Python as it is.
 
-tfdistributed_condition <- function(message, call = NULL, class = NULL) {
-  structure(
-    class = c(class, "tfdistributed_error", "error", "condition"),
-    list(message = message, call = call)
-  )
-}
-
-abort <- function(..., class = NULL) {
-  stop(tfdistributed_condition(paste0(...), class = class))
+# Our conditions: rlang errors whose class vector holds the kind (e.g.
+# "tfdistributed_cluster_config_error"), then "tfdistributed_error", so callers can catch one
+# kind or all of ours with tryCatch(). `call` is the frame of the function the user called.
+# They are signalled with base stop(), not rlang::abort(): in an embedded, interactive R (rpy2)
+# abort() prints the message itself and leaves R's error message (geterrmessage(), which rpy2
+# reports) empty.
+tfd_abort <- function(..., class = NULL, call = rlang::caller_env(), parent = NULL) {
+  if (is.environment(call)) {
+    call <- rlang::frame_call(call)
+  }
+  stop(rlang::error_cnd(c(class, "tfdistributed_error"), message = paste0(...), call = call,
+                        parent = parent))
 }
 
 describe <- function(x) {
@@ -30,90 +37,105 @@ describe <- function(x) {
   paste0(class(x)[[1]], " ", shown)
 }
 
+# Type checks in the style of rlang's standalone `check_*()` helpers: the argument's name comes
+# from the call (`caller_arg()`), the error from the function the user called (`caller_env()`).
+# Only types are checked; ranges (`>= 1`, `0 < x < 1`...) are the backend's rules.
+
 #' Coerce a whole number to an R integer, or fail with a helpful R error
 #'
-#' Whole doubles such as `64` become `64L`; fractional values, `NA`, `NULL`
-#' (unless allowed), strings and vectors are R errors that say what to pass.
+#' Whole doubles such as `64` become `64L`; `NULL` stays `NULL` (the backend
+#' says whether the argument may be left out); fractional values, `NA`,
+#' strings and vectors are R errors that say what to pass.
 #'
 #' @param x The value.
-#' @param name Argument name used in the error message.
-#' @param minimum Smallest allowed value, or `NULL`.
-#' @param allow_null Return `NULL` for `NULL` instead of failing.
+#' @param arg Argument name used in the error message.
+#' @param call The call the error is reported for.
 #' @return A length-one integer, or `NULL`.
 #' @keywords internal
 #' @noRd
-as_integer <- function(x, name, minimum = NULL, allow_null = FALSE) {
-  if (is.null(x)) {
-    if (allow_null) {
-      return(NULL)
-    }
-    abort("`", name, "` is required: pass a whole number, e.g. ", name, " = 2.")
+as_integer <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  if (is.null(x) || is_py(x)) {
+    return(x)
   }
-  if (!is.numeric(x) || length(x) != 1 || is.na(x) || !is.finite(x) || x != round(x) ||
-      abs(x) > .Machine$integer.max) {
+  if (!rlang::is_scalar_integerish(x, finite = TRUE) || abs(x) > .Machine$integer.max) {
     example <- if (is.numeric(x) && length(x) == 1 && is.finite(x)) max(floor(x), 1) else 2
-    abort("`", name, "` must be a single whole number, got ", describe(x),
-          ": pass e.g. ", name, " = ", example, ".")
+    tfd_abort("`", arg, "` must be a single whole number, got ", describe(x),
+              ": pass e.g. ", arg, " = ", example, ".", call = call)
   }
-  x <- as.integer(x)
-  if (!is.null(minimum) && x < minimum) {
-    abort("`", name, "` must be >= ", minimum, ", got ", x, ".")
-  }
-  x
+  as.integer(x)
 }
 
-as_string <- function(x, name, allow_null = FALSE) {
+as_string <- function(x, arg = rlang::caller_arg(x), allow_null = FALSE,
+                      call = rlang::caller_env()) {
   if (is.null(x) && allow_null) {
     return(NULL)
   }
-  if (!is.character(x) || length(x) != 1 || is.na(x) || !nzchar(x)) {
-    abort("`", name, "` must be a single non-empty string, got ", describe(x), ".")
+  if (!rlang::is_string(x) || !nzchar(x)) {
+    tfd_abort("`", arg, "` must be a single non-empty string, got ", describe(x), ".", call = call)
   }
   x
 }
 
-as_flag <- function(x, name) {
-  if (!is.logical(x) || length(x) != 1 || is.na(x)) {
-    abort("`", name, "` must be TRUE or FALSE, got ", describe(x), ".")
-  }
-  x
-}
-
-as_number <- function(x, name, allow_null = FALSE) {
+as_flag <- function(x, arg = rlang::caller_arg(x), allow_null = FALSE,
+                    call = rlang::caller_env()) {
   if (is.null(x) && allow_null) {
     return(NULL)
   }
-  if (!is.numeric(x) || length(x) != 1 || is.na(x) || !is.finite(x) || x <= 0) {
-    abort("`", name, "` must be a single positive number, got ", describe(x), ".")
+  if (!rlang::is_bool(x)) {
+    tfd_abort("`", arg, "` must be TRUE or FALSE, got ", describe(x), ".", call = call)
+  }
+  x
+}
+
+as_number <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  if (is.null(x) || is_py(x)) {
+    return(x)
+  }
+  if (!is.numeric(x) || length(x) != 1 || is.na(x)) {
+    tfd_abort("`", arg, "` must be a single number, got ", describe(x), ".", call = call)
   }
   as.double(x)
 }
 
-# Keras accepts "auto", 0, 1 or 2.
-as_verbose <- function(verbose) {
-  if (identical(verbose, "auto")) {
-    return(verbose)
+# Keras' verbose: "auto", or a level; TRUE/FALSE and whole doubles become integers. Which
+# levels exist is the backend's rule.
+as_verbose <- function(verbose, call = rlang::caller_env()) {
+  if (rlang::is_bool(verbose)) {
+    verbose <- as.integer(verbose)
+  } else if (is.numeric(verbose)) {
+    verbose <- as_integer(verbose, "verbose", call = call)
   }
-  if (is.logical(verbose) && length(verbose) == 1 && !is.na(verbose)) {
-    return(as.integer(verbose))
-  }
-  verbose <- as_integer(verbose, "verbose", minimum = 0L)
-  if (verbose > 2L) {
-    abort("`verbose` must be \"auto\", 0, 1 or 2, got ", verbose, ".")
-  }
-  verbose
+  # TODO(backend): fit()/evaluate() check `verbose` themselves; until then, the backend's check
+  # is asked here.
+  with_backend(backend()$`_args`$as_verbose(verbose), call = call)
 }
 
-# Run `expr` (calls into the backend); a Python exception raised on purpose by tfdistributed
-# becomes an R error carrying only our message (it already says what to do), not a Python
-# traceback. Other Python exceptions (TensorFlow, Keras) keep their own message and type name.
-with_backend <- function(expr) {
+# A named R list or vector (names required: it becomes Python keyword arguments or a dict).
+check_named <- function(x, arg = rlang::caller_arg(x), what = "a named character vector",
+                        example, call = rlang::caller_env()) {
+  if (!length(x)) {
+    return(invisible(x))
+  }
+  if (!rlang::is_named(x) || anyNA(x)) {
+    tfd_abort("`", arg, "` must be ", what, " such as ", example, ", got ", describe(x), ".",
+              call = call)
+  }
+  invisible(x)
+}
+
+# Run `expr` (calls into the backend). A Python exception raised on purpose by tfdistributed
+# becomes an R error with the backend's message plus its R hint (not Python's), and the
+# backend's kind in the class vector, without a Python traceback. Other Python exceptions
+# (TensorFlow, Keras) keep their own message and type name.
+with_backend <- function(expr, call = rlang::caller_env()) {
+  force(call)
   tryCatch(expr, python.builtin.Exception = function(e) {
-    message <- python_message(e)
     if (inherits(e, "tfdistributed.errors.TFDistributedError")) {
-      stop(tfdistributed_condition(message, class = python_error_class(e)))
+      message <- tryCatch(e$message_for("r"), error = function(err) python_message(e))
+      tfd_abort(message, class = python_error_class(e), call = call)
     }
-    stop(tfdistributed_condition(paste0(class(e)[[1]], ": ", message), class = "tfdistributed_python_error"))
+    tfd_abort(class(e)[[1]], ": ", python_message(e), class = "tfdistributed_python_error",
+              call = call)
   })
 }
 
@@ -132,7 +154,7 @@ python_error_class <- function(e) {
 
 # R character vector -> Python list (a length-one vector would otherwise become a str).
 py_list <- function(x) {
-  if (is.null(x)) NULL else reticulate::r_to_py(as.list(x))
+  if (is.null(x) || is_py(x)) x else reticulate::r_to_py(as.list(x))
 }
 
 is_py <- function(x) inherits(x, "python.builtin.object")

@@ -29,7 +29,7 @@ test_strategy <- function(kind) {
 digits_model <- function(seed = 1L) {
   keras$utils$set_random_seed(seed)
   model <- keras$Sequential(list(
-    keras$Input(shape = shape(8, 8, 1)),
+    keras$Input(shape = input_shape(8, 8, 1)),
     keras$layers$Flatten(),
     keras$layers$Dense(64L, activation = "relu"),
     keras$layers$Dense(10L)
@@ -44,7 +44,7 @@ digits_model <- function(seed = 1L) {
 
 # A tiny regression model for fast tests of data handling.
 linear_model <- function(inputs = 3L) {
-  model <- keras$Sequential(list(keras$Input(shape = shape(inputs)), keras$layers$Dense(1L)))
+  model <- keras$Sequential(list(keras$Input(shape = input_shape(inputs)), keras$layers$Dense(1L)))
   model$compile(optimizer = "sgd", loss = "mse")
   model
 }

@@ -25,7 +25,7 @@ test_that("a custom training loop on 2 replicas matches one device", {
   run <- function(strategy) {
     keras$utils$set_random_seed(3L)
     with(strategy$scope(), {
-      model <- keras$Sequential(list(keras$Input(shape = shape(8, 8, 1)), keras$layers$Flatten(),
+      model <- keras$Sequential(list(keras$Input(shape = input_shape(8, 8, 1)), keras$layers$Flatten(),
                                      keras$layers$Dense(10L)))
       optimizer <- keras$optimizers$SGD(0.1)
     })

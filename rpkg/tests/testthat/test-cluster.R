@@ -23,16 +23,18 @@ test_that("malformed clusters are R errors naming the field and the fix", {
   expect_error(tf_cluster(workers = character(0), ps = "127.0.0.1:2", chief = "127.0.0.1:3"),
                'has "ps" tasks but no "worker"', class = "tfdistributed_cluster_config_error")
   expect_error(tf_cluster(workers = 2222), "character vector", class = "tfdistributed_error")
-  expect_error(tf_cluster(), "needs `workers`", class = "tfdistributed_error")
+  expect_error(tf_cluster(), 'no "worker" or "chief" task: list at least one worker',
+               class = "tfdistributed_cluster_config_error")
   expect_error(tf_cluster(workers = "127.0.0.1:1", chief = c("127.0.0.1:2", "127.0.0.1:3")),
-               "single", class = "tfdistributed_error")
+               "a cluster has at most one chief", class = "tfdistributed_cluster_config_error")
   expect_error(tf_task_config(list(worker = "127.0.0.1:1"), "worker", 1), "out of range",
                class = "tfdistributed_error")
   expect_error(tf_task_config(list(wroker = "127.0.0.1:1"), "worker", 0), "Did you mean 'worker'",
                class = "tfdistributed_error")
   expect_error(tf_task_config(list(worker = "127.0.0.1:1"), "worker", 0.5), "whole number",
                class = "tfdistributed_error")
-  expect_error(local_cluster(workers = 2, ps = 1), "chief", class = "tfdistributed_error")
+  expect_error(local_cluster(workers = 2, ps = 1), "chief = TRUE", class = "tfdistributed_error")
+  expect_error(local_cluster(workers = -1), "`workers` must be >= 0", class = "tfdistributed_error")
 })
 
 test_that("local_cluster() picks distinct loopback ports", {
@@ -42,6 +44,8 @@ test_that("local_cluster() picks distinct loopback ports", {
   addresses <- unlist(cl)
   expect_true(all(startsWith(addresses, "127.0.0.1:")))
   expect_false(anyDuplicated(addresses) > 0)
+  with_evaluator <- local_cluster(workers = 1, evaluator = TRUE)
+  expect_identical(names(with_evaluator), c("worker", "evaluator"))
 })
 
 test_that("set_tf_config() exports TF_CONFIG to R and Python; get/clear round-trip", {
@@ -73,7 +77,10 @@ test_that("a whole config, as a list or JSON, can be set", {
   set2 <- set_tf_config(config = format(set))
   expect_identical(format(set2), format(set))
   expect_error(set_tf_config(config = "{not json"), "not valid JSON", class = "tfdistributed_error")
-  expect_error(set_tf_config(), "needs a `cluster`", class = "tfdistributed_error")
+  expect_error(set_tf_config(), 'needs either a whole `config` or a `cluster`.*set_tf_config\\(local_cluster\\(2\\), "worker", 0\\)',
+               class = "tfdistributed_error")
+  expect_error(set_tf_config(local_cluster(2), config = format(set)), "not both",
+               class = "tfdistributed_argument_type_error")
 })
 
 test_that("a TF_CONFIG set with Sys.setenv() after Python started is seen by the backend", {

@@ -12,7 +12,7 @@ test_that("a TFDS dataset written as one file cannot be split over 2 workers by 
 
 test_that("data helpers check their arguments in R", {
   skip_if_no_backend()
-  expect_error(dataset_shard_policy(1:3, "data"), "must be a tf.data.Dataset", class = "tfdistributed_error")
+  expect_error(dataset_shard_policy(1:3, "data"), "a tf.data.Dataset", class = "tfdistributed_error")
   ds <- dataset_from_arrays(matrix(1, 4, 2), 1:4, batch_size = 2)
   expect_error(dataset_shard_policy(ds, "files"), "Unknown shard policy 'files'", class = "tfdistributed_error")
   expect_error(check_sharding(ds, 2.5), "whole number", class = "tfdistributed_error")

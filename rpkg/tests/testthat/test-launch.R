@@ -35,7 +35,7 @@ test_that("the same R training script runs unchanged on 3 workers, in lock-step"
     "digits <- digits_data()",
     "keras$utils$set_random_seed(1L)",
     "with(strategy$scope(), {",
-    "  model <- keras$Sequential(list(keras$Input(shape = shape(8, 8, 1)), keras$layers$Flatten(),",
+    "  model <- keras$Sequential(list(keras$Input(shape = input_shape(8, 8, 1)), keras$layers$Flatten(),",
     "                                 keras$layers$Dense(10L)))",
     "  model$compile(optimizer = 'adam', metrics = list('accuracy'),",
     "                loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE))",

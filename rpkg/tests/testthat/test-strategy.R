@@ -43,7 +43,7 @@ test_that("wrong strategy arguments are R errors with our message", {
   expect_error(distribute_strategy("one_device", devices = c("/cpu:0", "/cpu:1")), "exactly one device",
                class = "tfdistributed_error")
   expect_error(distribute_strategy("parameter_server"), "needs a cluster", class = "tfdistributed_error")
-  expect_error(distribute_strategy("mirrored", devices = 1), "`devices` must be a character vector",
+  expect_error(distribute_strategy("mirrored", devices = 1), "`devices` for 'mirrored' must be a device string or a list of them",
                class = "tfdistributed_error")
   expect_error(distribute_strategy("mirrored", bogus = 1), "Unknown argument", class = "tfdistributed_error")
   # The message is ours alone: no Python traceback, no reticulate hint.
@@ -71,5 +71,6 @@ test_that("global_batch_size() multiplies by the replicas in sync", {
   expect_identical(global_batch_size(32, distribute_strategy("mirrored")), 64L)
   expect_identical(global_batch_size(32, distribute_strategy("one_device")), 32L)
   expect_error(global_batch_size(32.5), "whole number", class = "tfdistributed_error")
-  expect_error(global_batch_size(32, strategy = "mirrored"), "must be a strategy", class = "tfdistributed_error")
+  expect_error(global_batch_size(32, strategy = "mirrored"), "must be a tf.distribute.Strategy.*distribute_strategy",
+               class = "tfdistributed_error")
 })

@@ -37,7 +37,7 @@ test_that("data frames, factors and integer labels are converted; bad data is an
   skip_if_no_backend()
   strategy <- test_strategy("mirrored")
   with(strategy$scope(), {
-    model <- keras$Sequential(list(keras$Input(shape = shape(2)), keras$layers$Dense(3L)))
+    model <- keras$Sequential(list(keras$Input(shape = input_shape(2)), keras$layers$Dense(3L)))
     model$compile(optimizer = "adam", metrics = list("accuracy"),
                   loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE))
   })
@@ -60,7 +60,7 @@ test_that("a model built outside the scope is refused with the fix", {
   d <- regression_data()
   expect_error(fit_distributed(model, d$x, d$y, strategy = test_strategy("mirrored")),
                "Build and compile the model inside the strategy's scope", class = "tfdistributed_training_error")
-  expect_error(fit_distributed("model", d$x, d$y), "must be a Keras model", class = "tfdistributed_error")
+  expect_error(fit_distributed("model", d$x, d$y), "needs a Keras model", class = "tfdistributed_error")
 })
 
 test_that("tf datasets, validation data and callbacks are accepted", {
@@ -75,7 +75,7 @@ test_that("tf datasets, validation data and callbacks are accepted", {
   expect_error(fit_distributed(model, train, batch_size = 16), "`batch_size` applies to arrays only",
                class = "tfdistributed_error")
   expect_error(fit_distributed(model, train, callbacks = "stop"), "`callbacks` must be", class = "tfdistributed_error")
-  expect_error(fit_distributed(model, d$x, d$y, validation_data = d$x), "`validation_data` must be",
+  expect_error(fit_distributed(model, d$x, d$y, validation_data = d$x), "validation_data must be",
                class = "tfdistributed_error")
   result <- evaluate_distributed(model, train)
   expect_type(result, "double")

@@ -20,7 +20,7 @@ test_that("the digits tutorial trains to >= 0.9 accuracy under every local strat
 tutorial_mlp <- function() {
   keras$utils$set_random_seed(1L)
   model <- keras$Sequential(list(
-    keras$Input(shape = shape(8, 8, 1)),
+    keras$Input(shape = input_shape(8, 8, 1)),
     keras$layers$Flatten(),
     keras$layers$Dense(256L, activation = "relu"),
     keras$layers$Dropout(0.4),
@@ -73,8 +73,8 @@ test_that("named lists feed models with named inputs; class_weight and 3-part va
   strategy <- test_strategy("mirrored")
   with(strategy$scope(), {
     keras$utils$set_random_seed(1L)
-    top <- keras$Input(shape = shape(32), name = "top")
-    bottom <- keras$Input(shape = shape(32), name = "bottom")
+    top <- keras$Input(shape = input_shape(32), name = "top")
+    bottom <- keras$Input(shape = input_shape(32), name = "bottom")
     joined <- keras$layers$Concatenate()(list(keras$layers$Dense(32L, activation = "relu")(top),
                                               keras$layers$Dense(32L, activation = "relu")(bottom)))
     model <- keras$Model(list(top = top, bottom = bottom), keras$layers$Dense(10L)(joined))

@@ -1,26 +1,42 @@
-test_that("whole doubles become integers", {
+test_that("whole doubles become integers; NULL is left to the backend", {
   expect_identical(as_integer(64, "batch_size"), 64L)
   expect_identical(as_integer(64L, "batch_size"), 64L)
-  expect_null(as_integer(NULL, "steps", allow_null = TRUE))
+  expect_null(as_integer(NULL, "steps"))
 })
 
-test_that("fractions, NA, NULL, strings and vectors are R errors naming the fix", {
+test_that("fractions, NA, strings and vectors are R errors naming the fix", {
   expect_error(as_integer(64.5, "batch_size"), "`batch_size` must be a single whole number.*batch_size = 64",
                class = "tfdistributed_error")
   expect_error(as_integer(NA, "batch_size"), "whole number", class = "tfdistributed_error")
   expect_error(as_integer(NA_integer_, "epochs"), "whole number", class = "tfdistributed_error")
-  expect_error(as_integer(NULL, "epochs"), "`epochs` is required", class = "tfdistributed_error")
   expect_error(as_integer("64", "batch_size"), "character", class = "tfdistributed_error")
   expect_error(as_integer(c(1, 2), "epochs"), "single whole number", class = "tfdistributed_error")
   expect_error(as_integer(Inf, "epochs"), "whole number", class = "tfdistributed_error")
-  expect_error(as_integer(0, "epochs", minimum = 1L), "must be >= 1", class = "tfdistributed_error")
+  # The argument's name comes from the call, as in rlang's check_*() helpers.
+  epochs <- 1.5
+  expect_error(as_integer(epochs), "`epochs` must be a single whole number", class = "tfdistributed_error")
 })
 
-test_that("verbose accepts auto, 0-2 and logicals", {
+test_that("R conditions are rlang errors carrying the backend's kind and its R hint", {
+  skip_if_no_backend()
+  err <- expect_error(local_cluster(workers = 2, ps = 1), class = "tfdistributed_cluster_config_error")
+  expect_s3_class(err, c("tfdistributed_cluster_config_error", "tfdistributed_error", "rlang_error"))
+  # The backend's neutral message, plus the R hint (not the Python one).
+  expect_match(conditionMessage(err), "needs a chief.*local_cluster\\(2, ps = 1, chief = TRUE\\)")
+  expect_false(grepl("chief=True", conditionMessage(err), fixed = TRUE))
+  expect_identical(format(err$call), "local_cluster(workers = 2, ps = 1)")
+  # A range rule is the backend's (here `>= 1`), reported for the R function that was called.
+  expect_error(fit_distributed(linear_model(), matrix(1, 4, 3), 1:4, epochs = 0), "`epochs` must be >= 1",
+               class = "tfdistributed_argument_type_error")
+})
+
+test_that("verbose accepts auto, 0-2 and logicals; the backend names the valid levels", {
+  skip_if_no_backend()
   expect_identical(as_verbose("auto"), "auto")
   expect_identical(as_verbose(2), 2L)
   expect_identical(as_verbose(FALSE), 0L)
-  expect_error(as_verbose(3), "verbose", class = "tfdistributed_error")
+  expect_error(as_verbose(3), 'must be "auto", 0, 1 or 2', class = "tfdistributed_error")
+  expect_error(as_verbose("loud"), "verbose", class = "tfdistributed_error")
 })
 
 test_that("the project's .venv is found by walking up from a subdirectory", {
@@ -44,13 +60,16 @@ test_that("install_tfdistributed() checks its arguments before touching Python",
   expect_error(install_tfdistributed(package = tempdir()), "pyproject.toml", class = "tfdistributed_error")
 })
 
-test_that("shape() gives Keras a tuple of integers", {
+test_that("input_shape() gives Keras a tuple of integers", {
   skip_if_no_backend()
-  expect_identical(reticulate::py_str(shape(3)), "(3,)")
-  expect_identical(reticulate::py_str(shape(8, 8, 1)), "(8, 8, 1)")
-  expect_identical(reticulate::py_str(shape(c(8, 8))), "(8, 8)")
-  expect_identical(reticulate::py_str(shape(NA, 4)), "(None, 4)")
-  expect_error(shape(2.5), "dimension 1", class = "tfdistributed_error")
+  expect_identical(reticulate::py_str(input_shape(3)), "(3,)")
+  expect_identical(reticulate::py_str(input_shape(8, 8, 1)), "(8, 8, 1)")
+  expect_identical(reticulate::py_str(input_shape(c(8, 8))), "(8, 8)")
+  expect_identical(reticulate::py_str(input_shape(NA, 4)), "(None, 4)")
+  expect_error(input_shape(2.5), "dimension 1", class = "tfdistributed_error")
+  expect_error(input_shape(-1), "`dimension 1` must be >= 0", class = "tfdistributed_error")
+  # The package does not mask shape() of the tensorflow and keras3 R packages.
+  expect_false("shape" %in% getNamespaceExports("tfdistributed"))
 })
 
 test_that("a Python without the backend gives an R error naming the fix", {
