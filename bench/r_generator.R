@@ -48,7 +48,7 @@ class EpochTimes(keras.callbacks.Callback):
 keras$utils$set_random_seed(0L)
 set.seed(0)
 model <- keras$Sequential(list(
-  keras$Input(shape = shape(8, 8, 1)),
+  keras$Input(shape = input_shape(8, 8, 1)),
   keras$layers$Flatten(),
   keras$layers$Dense(64L, activation = "relu"),
   keras$layers$Dense(10L)

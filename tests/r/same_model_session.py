@@ -26,7 +26,7 @@ def main():
       keras$utils$set_random_seed({SEED}L)
       with(strategy$scope(), {{
         model <- keras$Sequential(list(
-          keras$Input(shape = shape(8, 8, 1)),
+          keras$Input(shape = input_shape(8, 8, 1)),
           keras$layers$Flatten(),
           keras$layers$Dense(64L, activation = "relu"),
           keras$layers$Dense(10L)

@@ -25,7 +25,7 @@ gen_model <- function(strategy = distribute_strategy("default"), seed = 1L) {
   with(strategy$scope(), {
     keras$utils$set_random_seed(seed)
     model <- keras$Sequential(list(
-      keras$Input(shape = shape(8, 8, 1)),
+      keras$Input(shape = input_shape(8, 8, 1)),
       keras$layers$Flatten(),
       keras$layers$Dense(64L, activation = "relu"),
       keras$layers$Dense(10L)
@@ -155,7 +155,7 @@ def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
         }, completed = NULL)
       }
       raw <- tf$data$Dataset$from_generator(raw_batches, output_signature = reticulate::tuple(
-        tf$TensorSpec(shape(NA, 8, 8, 1), tf$float32), tf$TensorSpec(shape(NA), tf$int32)))
+        tf$TensorSpec(input_shape(NA, 8, 8, 1), tf$float32), tf$TensorSpec(input_shape(NA), tf$int32)))
       model <- gen_model()
       refused <- tryCatch(fit_distributed(model, raw, epochs = 3), error = identity)
       refused_eval <- tryCatch(evaluate_distributed(model, raw), error = conditionMessage)
@@ -194,7 +194,7 @@ def test_files_written_from_r_train_and_are_checked_before_sharding(gr, tmp_path
       train_df <- data.frame(flat(gen_digits$train$x), label = factor(gen_digits$train$y))
       paths <- write_dataset_shards(train_df, "{tmp_path / 'csv'}", num_shards = 3, format = "csv")
       files <- dataset_from_files("{tmp_path / 'csv'}", label = "label", batch_size = 64)
-      model <- keras$Sequential(list(keras$Input(shape = shape(64)),
+      model <- keras$Sequential(list(keras$Input(shape = input_shape(64)),
         keras$layers$Dense(64L, activation = "relu"), keras$layers$Dense(10L)))
       model$compile(optimizer = "adam", metrics = list("accuracy"),
         loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE))
@@ -224,7 +224,7 @@ def test_an_r_interrupt_stops_training_and_its_thread():
         rows <- sample(dim(digits$train$x)[1], 64)
         list(digits$train$x[rows, , , , drop = FALSE], digits$train$y[rows])
       }
-      model <- keras$Sequential(list(keras$Input(shape = shape(8, 8, 1)), keras$layers$Flatten(),
+      model <- keras$Sequential(list(keras$Input(shape = input_shape(8, 8, 1)), keras$layers$Flatten(),
                                      keras$layers$Dense(10L)))
       model$compile(optimizer = "adam",
                     loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE))

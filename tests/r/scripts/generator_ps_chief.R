@@ -11,7 +11,7 @@ flat <- function(x) matrix(x, nrow = dim(x)[1])
 with(strategy$scope(), {
   keras$utils$set_random_seed(3L)
   model <- keras$Sequential(list(
-    keras$Input(shape = shape(64)),
+    keras$Input(shape = input_shape(64)),
     keras$layers$Dense(64L, activation = "relu"),
     keras$layers$Dense(10L)
   ))

@@ -32,7 +32,7 @@ worker_batches <- function(worker_index, num_workers) {
 with(strategy$scope(), {
   keras$utils$set_random_seed(7L)
   model <- keras$Sequential(list(
-    keras$Input(shape = shape(8, 8, 1)),
+    keras$Input(shape = input_shape(8, 8, 1)),
     keras$layers$Flatten(),
     keras$layers$Dense(64L, activation = "relu"),
     keras$layers$Dense(10L)
