@@ -114,7 +114,10 @@ ERROR_CASES = {
     "cluster_not_strings": ("tf_cluster(workers = 2222)", "`workers` must be a character vector"),
     "tf_config_bad_json": ('set_tf_config(config = "{oops")', "TF_CONFIG is not valid JSON"),
     "tf_config_empty": ('{ Sys.setenv(TF_CONFIG = ""); distribute_strategy("auto") }', "TF_CONFIG is set but empty"),
-    "model_not_keras": ("fit_distributed('model', x, y)", "`model` must be a Keras model"),
+    "model_not_keras": ("fit_distributed('model', x, y)", "needs a Keras model"),
+    "tf_config_config_and_cluster": ('set_tf_config(local_cluster(1), config = "{}")', "not both"),
+    # The backend's neutral message with the R hint, not the Python one.
+    "ps_without_chief_r_hint": ("local_cluster(2, ps = 1)", "E.g. local_cluster(2, ps = 1, chief = TRUE)."),
     "shard_policy_unknown": ('dataset_shard_policy(dataset_from_arrays(x, y, batch_size = 8), "files")',
                              "Unknown shard policy 'files'"),
 }
@@ -129,7 +132,7 @@ def r_default_model(r):
       x <- matrix(runif(64 * 3), 64, 3)
       y <- as.vector(x %*% c(1, -2, 0.5))
       with(distribute_strategy("default")$scope(), {
-        model <- keras$Sequential(list(keras$Input(shape = shape(3)), keras$layers$Dense(1L)))
+        model <- keras$Sequential(list(keras$Input(shape = input_shape(3)), keras$layers$Dense(1L)))
         model$compile(optimizer = "sgd", loss = "mse")
       })
     """)
@@ -159,9 +162,21 @@ def test_batch_size_as_a_double_is_coerced_and_trains(r_default_model):
     df = r("as.data.frame(history)")
     assert list(df.colnames) == ["epoch", "metric", "value"]
     result = r("evaluate_distributed(model, x, y, batch_size = 32)")
-    # The model's own loss on the same data, computed by Keras without any strategy wrapper.
-    expected = r("mean((model$predict(x, verbose = 0L)[, 1] - y)^2)")[0]
+    # The same MSE computed on the Python side, from the model's weights with NumPy: R hands the
+    # model and the data (as float32, what training saw) to this interpreter's __main__.
+    r("main <- reticulate::import_main(); reticulate::py_set_attr(main, 'r_model', model);"
+      "reticulate::py_set_attr(main, 'r_x', reticulate::np_array(x, dtype = 'float32'));"
+      "reticulate::py_set_attr(main, 'r_y', reticulate::np_array(y, dtype = 'float32')); rm(main)")
+    import __main__
+    import numpy as np
+
+    kernel, bias = __main__.r_model.get_weights()
+    x, y = np.asarray(__main__.r_x, dtype=np.float64), np.asarray(__main__.r_y, dtype=np.float64)
+    assert x.shape == (64, 3) and y.shape == (64,) and kernel.shape == (3, 1)
+    expected = float(np.mean((x @ kernel[:, 0] + bias[0] - y) ** 2))
+    assert expected > 0.01  # a real loss (the model is far from fitted after 2 epochs), not a stub
     assert list(result.names) == ["loss"] and result[0] == pytest.approx(expected, rel=1e-4)
+    del __main__.r_model, __main__.r_x, __main__.r_y
 
 
 def test_same_seeded_model_trained_from_r_and_python_has_same_weights(r_package):
