@@ -34,6 +34,7 @@ def test_two_replicas_match_one_device(digits, regularize, optimizer):
     two_losses, two_weights = _run("mirrored", x, y, regularize=regularize, optimizer=optimizer)
     assert tfd.make_strategy("mirrored").num_replicas_in_sync == 2
     np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5)
+    assert len(two_weights) == len(one_weights) == 4  # zip() alone passes on empty lists
     for a, b in zip(two_weights, one_weights):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert two_losses[1] < two_losses[0]

@@ -139,6 +139,7 @@ def test_checkpoints_hold_the_trained_weights(trained):
     from_keras = _digits_model()
     from_keras.load_weights(os.path.join(outdir, "keras.weights.h5"))
     for model in (restored, from_keras):
+        assert len(model.get_weights()) == len(weights) == 4  # zip() alone passes on empty lists
         for got, want in zip(model.get_weights(), weights):
             np.testing.assert_allclose(got, want)
 
