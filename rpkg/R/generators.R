@@ -48,7 +48,7 @@
 #'
 #' An error in the function stops training at once with an R error of class
 #' `tfdistributed_generator_error` that carries your function's message (and
-#' the original condition as `$parent`, shown under "Caused by"); a batch of the wrong type or shape is
+#' the original condition as `$parent`); a batch of the wrong type or shape is
 #' the same error naming the expected signature; an interrupt (Ctrl-C) stops
 #' training. Up to `prefetch` batches made before training stopped are
 #' discarded.
@@ -297,10 +297,18 @@ generator_error <- function(message, parent = NULL) {
                    message = message, parent = parent)
 }
 
-# The generator's own error is the parent: R shows it under "Caused by".
+# The generator's own error is the parent, and its message is part of ours.
 generator_failed <- function(e, calls, batches) {
   generator_error(paste0("The data generator failed on call ", calls, " (after ", batches,
-                         " batches); training was stopped."), parent = e)
+                         " batches): ", conditionMessage(e), " (training was stopped)."),
+                  parent = e)
+}
+
+# The message alone: it already says what the generator's own error (the parent) said, and
+# rlang's "Caused by" would repeat it under a call that is ours, not the user's.
+#' @export
+conditionMessage.tfdistributed_generator_error <- function(c) {
+  c$message
 }
 
 # A batch as Python expects it: an unnamed list(x, y[, w]) of arrays. R vectors get a dim so
