@@ -46,6 +46,16 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     ``assign`` from a replica to a SUM-aggregated variable is applied as the increment it is
     (``assign_add(value - current)``), which sums the replicas' increments, as one device would.
 
+``uneven_batches``
+    Keras makes each replica's loss the mean over *its* examples divided by the number of
+    replicas, and sums the gradients. That equals one device's mean over the global batch only
+    when every replica has as many examples. A last batch smaller than the global batch is
+    split unevenly (1 example over 2 workers: 1 and 0), and its update is then not one device's:
+    measured on the digits model, 2 workers ended epoch 2 with loss 0.354 where one device had
+    0.364. Each replica's gradients are weighted by its share of the examples here, inside the
+    same all-reduce (the example counts travel with the gradients, no extra round trip), so the
+    update is the global mean's whatever the split; with even shares the weight is 1.
+
 ``clip_after_all_reduce``
     Keras clips gradients (``clipnorm``, ``clipvalue``, ``global_clipnorm``) in each replica
     *before* summing them over the replicas, so with 2 or more replicas the update is not the one
@@ -76,8 +86,10 @@ import threading
 _lock = threading.RLock()
 _applied: dict[str, bool] = {}
 
+# Order matters: clip_after_all_reduce wraps the all-reduce that uneven_batches weights.
 REPAIRS = ("symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
-           "central_storage_metric_assign", "clip_after_all_reduce", "strategy_aware_fit")
+           "central_storage_metric_assign", "uneven_batches", "clip_after_all_reduce",
+           "strategy_aware_fit")
 
 
 def _disabled() -> set[str]:
@@ -129,6 +141,13 @@ def defect_present(name: str) -> bool:
 
         read_then_write = "variable.assign(variable +" in inspect.getsource(metrics_utils)
         return read_then_write and hasattr(ps_values, "AggregatingVariable")
+    if name == "uneven_batches":
+        from keras.src.backend.tensorflow.optimizer import TFOptimizer
+        from keras.src.losses import loss
+
+        per_replica_mean = "1.0 / num_replicas" in inspect.getsource(
+            loss.scale_loss_for_distribution)
+        return per_replica_mean and "all_reduce" in _source(TFOptimizer._all_reduce_sum_gradients)
     if name == "clip_after_all_reduce":
         from keras.src.backend.tensorflow.optimizer import TFOptimizer
 
@@ -311,6 +330,63 @@ def _patch_central_storage_metric_assign(trainer) -> None:
     Variable._direct_assign = _direct_assign
 
 
+_local_batch = threading.local()  # the replica's batch size while its train_step is traced
+
+
+def _patch_uneven_batches(trainer) -> None:
+    import tensorflow as tf
+    from keras.src import tree
+    from keras.src.backend.tensorflow.optimizer import TFOptimizer
+    from keras.src.trainers.data_adapters import data_adapter_utils
+
+    train_step = trainer.TensorFlowTrainer.train_step
+    all_reduce = TFOptimizer._all_reduce_sum_gradients
+
+    def _train_step(self, data):
+        x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data)
+        first = next((i for i in tree.flatten(x) if i is not None), None)
+        previous = getattr(_local_batch, "size", None)
+        _local_batch.size = None if first is None else tf.shape(first)[0]
+        try:
+            return train_step(self, data)
+        finally:
+            _local_batch.size = previous
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        context = tf.distribute.get_replica_context()
+        size = getattr(_local_batch, "size", None)
+        pairs = list(grads_and_vars)
+        grads = [g for g, _ in pairs if g is not None]
+        if (size is None or context is None or context.num_replicas_in_sync == 1 or not grads
+                or self.gradient_accumulation_steps):
+            return all_reduce(self, pairs)
+        # Replica r's gradient is mean_r / R; the global mean's is sum_r n_r * mean_r / N.
+        local = tf.cast(size, tf.float32)
+        weight = local * float(context.num_replicas_in_sync)
+        reduced = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                     [_scaled(g, weight) for g in grads] + [local])
+        total = reduced[-1]
+        averaged = iter(_scaled(g, total, divide=True) for g in reduced[:-1])
+        return [(None if g is None else next(averaged), v) for g, v in pairs]
+
+    _train_step.__tfdistributed_original__ = train_step
+    _all_reduce_sum_gradients.__tfdistributed_original__ = all_reduce
+    trainer.TensorFlowTrainer.train_step = _train_step
+    TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
+
+
+def _scaled(gradient, factor, divide=False):
+    import tensorflow as tf
+
+    def op(values):
+        factor_ = tf.cast(factor, values.dtype)
+        return values / factor_ if divide else values * factor_
+
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(op(gradient.values), gradient.indices, gradient.dense_shape)
+    return op(gradient)
+
+
 def _patch_clip_after_all_reduce(trainer) -> None:
     import tensorflow as tf
     from keras.src.backend.tensorflow.optimizer import TFOptimizer
@@ -414,6 +490,7 @@ _PATCHERS = {"symbolic_build": _patch_symbolic_build,
              "atomic_assign_add": _patch_atomic_assign_add,
              "central_storage_updates": _patch_central_storage_updates,
              "central_storage_metric_assign": _patch_central_storage_metric_assign,
+             "uneven_batches": _patch_uneven_batches,
              "clip_after_all_reduce": _patch_clip_after_all_reduce,
              "strategy_aware_fit": _patch_strategy_aware_fit}
 

@@ -186,3 +186,44 @@ def test_validation_split_holds_out_the_last_rows_as_keras_does(digits):
                                             validation_split=0.25, verbose=0)
     for key in ("loss", "val_loss", "val_accuracy"):
         np.testing.assert_allclose(h1.history[key], h2.history[key], rtol=1e-6)
+
+
+_UNEVEN = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {here!r})
+import tfdistributed as tfd
+from models import digits_model
+tfd.configure_cpu_devices(2)
+(x, y), _ = tfd.digits_arrays()
+out = {{}}
+for name in ("default", "mirrored", "central_storage"):
+    model = digits_model(tfd.make_strategy(name), seed=1, learning_rate=0.01)
+    # 1345 = 21 global batches of 64 and one of 1: the last one splits 1 + 0 over 2 replicas.
+    history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False, verbose=0)
+    out[name] = {{"loss": history.history["loss"],
+                 "weights": [w.tolist() for w in model.get_weights()]}}
+print(json.dumps(out))
+"""
+
+
+def _uneven_run(disabled=""):
+    proc = subprocess.run([sys.executable, "-c", _UNEVEN.format(here=HERE)], capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "TFDISTRIBUTED_DISABLE_COMPAT": disabled})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_an_uneven_last_batch_updates_as_one_device_and_needs_the_repair():
+    runs = {"on": _uneven_run(), "off": _uneven_run("uneven_batches")}
+    for state, run in runs.items():
+        one = run["default"]
+        for name in ("mirrored", "central_storage"):
+            got = run[name]
+            assert len(got["weights"]) == len(one["weights"]) > 0
+            same = (np.allclose(got["loss"], one["loss"], rtol=2e-5) and all(
+                np.allclose(a, b, rtol=2e-5, atol=1e-6)
+                for a, b in zip(got["weights"], one["weights"])))
+            # Without the repair the last step's update is halved: epoch 2 differs visibly.
+            assert same == (state == "on"), (state, name, got["loss"], one["loss"])

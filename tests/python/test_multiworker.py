@@ -101,3 +101,29 @@ def test_one_file_split_trains_with_data_policy(tmp_path, digits_tfds_dir):
     outputs = read_outputs(tmp_path)
     assert [t.returncode for t in result.tasks] == [0, 0]
     assert outputs["worker-0"]["metrics"]["accuracy"] > 0.8
+
+
+def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path):
+    # 1345 = 21 global batches of 64 and one of a single example: one worker's share of the
+    # last batch is empty. Both workers must still take the same steps and end where one
+    # device ends (loss, accuracy, weights), without NaNs from the empty share.
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from models import digits_model
+
+    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345")
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    outputs = read_outputs(tmp_path)
+    (x, y), _ = tfd.digits_arrays()
+    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
+    history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False,
+                      verbose=0)
+    expected = model.get_weights()
+    assert sorted(outputs) == ["worker-0", "worker-1"]
+    for report in outputs.values():
+        for key in ("loss", "accuracy"):
+            np.testing.assert_allclose(report["history"][key], history.history[key], rtol=2e-5)
+        assert len(report["weights"]) == len(expected) > 0
+        for got, want in zip(report["weights"], expected):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)

@@ -1,7 +1,7 @@
 """One worker of a multi-worker job on the digits data (run by tfdistributed.launch).
 
 usage: mwms_digits.py OUTDIR [--epochs N] [--source arrays|tfds] [--data-dir D] [--policy P]
-                      [--save MODEL.keras] [--backup DIR [--kill-at EPOCH]]
+                      [--save MODEL.keras] [--backup DIR [--kill-at EPOCH]] [--examples N]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history and test metrics).
 --kill-at E: worker 1 SIGKILLs itself when epoch E (0-based) begins, once the chief's backup
 of the previous epoch is on disk (a machine failure at a known point).
@@ -24,6 +24,7 @@ parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--save")
 parser.add_argument("--backup")
 parser.add_argument("--kill-at", type=int)
+parser.add_argument("--examples", type=int, help="train on the first N examples only")
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
@@ -64,6 +65,7 @@ if ns.source == "tfds":
     history = tfd.fit(model, train, epochs=ns.epochs, verbose=2)
 else:
     (x, y), (xt, yt) = tfd.digits_arrays()
+    x, y = x[:ns.examples], y[:ns.examples]
     history = tfd.fit(model, x, y, epochs=ns.epochs, batch_size=ns.batch, shuffle=False, verbose=2,
                       backup_dir=ns.backup, callbacks=callbacks)
 (_, _), (xt, yt) = tfd.digits_arrays()
