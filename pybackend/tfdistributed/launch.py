@@ -40,54 +40,19 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import portpicker
 
 from ._args import as_int
+from ._job import LaunchResult, TaskResult, _target_argv
 from ._output import Relay, error_summary, how_it_ended
 from .cluster import ROLES, check_loopback, local_cluster, parse_address, tf_config
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      did_you_mean)
 
 DEFAULT_TIMEOUT = 900.0
-
-
-@dataclass
-class TaskResult:
-    """One task's outcome: role, index, exit code, everything it printed, its return value."""
-
-    task_type: str
-    task_index: int
-    returncode: int | None
-    output: list = field(default_factory=list)
-    value: object = None
-    server: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"{self.task_type} {self.task_index}"
-
-
-@dataclass
-class LaunchResult:
-    """What :func:`launch` returns when every task succeeded."""
-
-    cluster: dict
-    tasks: list
-    seconds: float
-
-    @property
-    def values(self) -> list:
-        """Return values of the tasks that ran the target (function targets), in task order."""
-        return [t.value for t in self.tasks if not t.server]
-
-    def task(self, task_type: str, task_index: int = 0) -> TaskResult:
-        for t in self.tasks:
-            if t.task_type == task_type and t.task_index == task_index:
-                return t
-        raise KeyError(f"no task {task_type} {task_index}")
 
 
 # --- the plan ------------------------------------------------------------------------------------
@@ -138,31 +103,6 @@ class LaunchPlan:
     @property
     def parameter_server(self) -> bool:
         return bool(self.cluster.get("ps"))
-
-
-def _target_argv(target, args, python, rscript, workdir):
-    """argv for a target, plus the path a function target's value comes back in."""
-    if callable(target):
-        import cloudpickle
-
-        fd, call_path = tempfile.mkstemp(suffix=".call.pkl", dir=workdir)
-        with os.fdopen(fd, "wb") as f:
-            cloudpickle.dump((target, tuple(args)), f)
-        return [python, "-m", "tfdistributed", "_call", call_path], True
-    if not isinstance(target, (str, os.PathLike)):
-        raise ArgumentTypeError(f"launch() target must be a script path or a Python function, got "
-                                f"{type(target).__name__}.")
-    path = os.fspath(target)
-    if not os.path.isfile(path):
-        raise LaunchError(f"Script {path!r} does not exist (working directory {os.getcwd()!r}). "
-                          f"Pass an existing .py or .R file, or a Python function.")
-    ext = os.path.splitext(path)[1].lower()
-    if ext == ".py":
-        return [python, path, *map(str, args)], False
-    if ext == ".r":
-        return [rscript, "--no-save", "--no-restore", path, *map(str, args)], False
-    raise LaunchError(f"Don't know how to run {path!r}: launch() runs .py scripts with Python, .R "
-                      f"scripts with Rscript, or a Python function.")
 
 
 def _check_timeout(timeout) -> float:

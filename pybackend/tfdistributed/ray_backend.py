@@ -250,7 +250,7 @@ def _plan(target, workers, ps, chief, args, python, rscript):
 
     from .cluster import ROLES
     from .errors import ArgumentTypeError, ClusterConfigError
-    from .launch import _target_argv
+    from ._job import _target_argv
 
     ps = as_int(ps, "ps", minimum=0)
     workers = as_int(workers, "workers", minimum=1)
@@ -290,7 +290,7 @@ class _RayJob:
         self.launched = self.stopped = False
 
     def results(self) -> list:
-        from .launch import TaskResult
+        from ._job import TaskResult
 
         return [TaskResult(r, i, c, list(out), None, self.ps_mode and r != "chief")
                 for (r, i), c, out in zip(self.roles, self.codes, self.lines)]
@@ -404,7 +404,7 @@ class _RayJob:
 
 def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo, python,
          rscript, cwd, show_all, ray_options, grace, poll):
-    from .launch import LaunchResult
+    from ._job import LaunchResult
 
     roles, argv, call_bytes = _plan(target, workers, ps, chief, args, python, rscript)
     job = _RayJob(ray, roles, as_int(ps, "ps", minimum=0) > 0,

@@ -349,7 +349,7 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
     sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
     srun_args = [srun_args] if isinstance(srun_args, str) else list(srun_args)
     if argv is None:
-        from .launch import _target_argv
+        from ._job import _target_argv
 
         if callable(target):
             raise ArgumentTypeError("slurm_script() writes a script for a .py or .R file; to run a "
@@ -437,7 +437,7 @@ def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, 
                job_name, partition, sbatch_args, srun_args):
     """The plan: the job's batch script, written into ``jobdir``; its path, and whether the
     target is a function (whose call and results go through ``jobdir`` too)."""
-    from .launch import _target_argv
+    from ._job import _target_argv
 
     sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
     python = python or sys.executable
@@ -499,7 +499,7 @@ class _SlurmJob:
         return out
 
     def results(self, rcs) -> list:
-        from .launch import TaskResult
+        from ._job import TaskResult
 
         self.emit(final=True)
         return [TaskResult(r, i, rc, list(out), None, self.ps_mode and r != "chief")
@@ -614,7 +614,7 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
         >>> [t.returncode for t in result.tasks]                              # doctest: +SKIP
         [0, 0, 0, 0]
     """
-    from .launch import LaunchResult
+    from ._job import LaunchResult
 
     timeout = float(timeout)
     roles = _layout(workers, ps, chief)
