@@ -424,11 +424,11 @@ def _patch_strategy_aware_fit(trainer) -> None:
     originals = {name: getattr(cls, name) for name in ("fit", "evaluate", "predict")}
 
     def fit(self, *args, **kwargs):
-        from . import training
+        from ._entry import entry
 
         _refuse_r_generator(args, kwargs, "model.fit")
         if _is_parameter_server(self):
-            return training.fit_from_keras(self, *args, **kwargs)
+            return entry("fit_from_keras")(self, *args, **kwargs)
         if "callbacks" in kwargs:
             kwargs["callbacks"] = _safe(kwargs["callbacks"])
         elif len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
@@ -436,18 +436,18 @@ def _patch_strategy_aware_fit(trainer) -> None:
         return originals["fit"](self, *args, **kwargs)
 
     def evaluate(self, *args, **kwargs):
-        from . import training
+        from ._entry import entry
 
         _refuse_r_generator(args, kwargs, "model.evaluate")
         if _is_parameter_server(self):
-            return training.evaluate_from_keras(self, *args, **kwargs)
+            return entry("evaluate_from_keras")(self, *args, **kwargs)
         return originals["evaluate"](self, *args, **kwargs)
 
     def predict(self, *args, **kwargs):
-        from . import training
+        from ._entry import entry
 
         if _is_parameter_server(self):
-            return training.predict_from_keras(self, *args, **kwargs)
+            return entry("predict_from_keras")(self, *args, **kwargs)
         return originals["predict"](self, *args, **kwargs)
 
     for name, patched in (("fit", fit), ("evaluate", evaluate), ("predict", predict)):
@@ -460,11 +460,11 @@ def _refuse_r_generator(args, kwargs, what) -> None:
     """A dataset over an R generator, trained from R's main thread, hangs: refuse it at once."""
     import tensorflow as tf
 
-    from .generators import refuse_r_generator_on_main_thread
+    from .data import check_dataset
 
     x = args[0] if args else kwargs.get("x")
     if isinstance(x, tf.data.Dataset):
-        refuse_r_generator_on_main_thread(x, what)
+        check_dataset(x, what)
 
 
 def _is_parameter_server(model) -> bool:

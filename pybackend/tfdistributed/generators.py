@@ -473,9 +473,10 @@ def check_strategy(model, strategy=None, what="fit") -> dict:
             f"{what}() cannot stream from an R generator under the 'parameter_server' strategy: "
             f"each worker's input pipeline runs inside that worker's TensorFlow server, which "
             f"has no R session, and a from_generator() callback cannot be sent to another "
-            f"process. Write the data as files instead (R: write_dataset_shards(), then "
-            f"dataset_from_files(); Python: tfdistributed.generators.write_shards() and "
-            f"read_shards()): every worker then reads its share with TensorFlow's own readers.")
+            f"process. Write the data as files instead: every worker then reads its share with "
+            f"TensorFlow's own readers.",
+            hints={"r": "With write_dataset_shards(), then dataset_from_files().",
+                   "python": "With tfdistributed.generators.write_shards(), then read_shards()."})
     if context["kind"] == "tpu":
         raise GeneratorError(f"{what}() cannot stream from an R generator to a TPU: TPU input "
                              f"pipelines run on the TPU host. Use files (write_dataset_shards()).")
@@ -512,7 +513,9 @@ def check_epochs(model, strategy=None, steps=None, what="fit"):
 
 def start_fit(model, feed, **kwargs) -> TrainingJob:
     """Start ``tfdistributed.fit(model, feed.dataset(), **kwargs)`` on a training thread."""
-    from .training import fit
+    from ._entry import entry
+
+    fit = entry("fit")
 
     check_strategy(model, kwargs.get("strategy"), "fit")
     check_epochs(model, kwargs.get("strategy"), kwargs.get("steps_per_epoch"), "fit")
@@ -521,7 +524,9 @@ def start_fit(model, feed, **kwargs) -> TrainingJob:
 
 def start_evaluate(model, feed, **kwargs) -> TrainingJob:
     """Start ``tfdistributed.evaluate(model, feed.dataset(), **kwargs)`` on a training thread."""
-    from .training import evaluate
+    from ._entry import entry
+
+    evaluate = entry("evaluate")
 
     check_strategy(model, kwargs.get("strategy"), "evaluate")
     check_epochs(model, kwargs.get("strategy"), kwargs.get("steps"), "evaluate")
@@ -693,9 +698,11 @@ def write_shards(columns, directory, num_shards=2, *, format="tfrecord", prefix=
 def _schema(directory):
     path = os.path.join(directory, SCHEMA_FILE)
     if not os.path.isfile(path):
-        raise TFDistributedError(f"{directory!r} has no {SCHEMA_FILE}: read_shards() reads "
-                                 f"directories written by write_shards() (R: "
-                                 f"write_dataset_shards()).")
+        raise TFDistributedError(
+            f"{directory!r} has no {SCHEMA_FILE}: only directories of shards written by this "
+            f"package can be read this way; write the data with its shard writer first.",
+            hints={"python": "It is tfdistributed.generators.write_shards().",
+                   "r": "It is write_dataset_shards()."})
     with open(path) as f:
         return json.load(f)
 

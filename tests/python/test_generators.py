@@ -10,7 +10,7 @@ import pytest
 
 import tfdistributed as tfd
 from tfdistributed import generators
-from tfdistributed.demo import build_model as build_digits_model
+from models import digits_model as build_digits_model
 from tfdistributed.generators import BatchFeed, GeneratorError
 
 

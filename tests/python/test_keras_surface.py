@@ -158,7 +158,7 @@ def test_a_failed_task_names_its_error_even_after_a_long_dump(tmp_path):
 def test_dataset_with_batch_size_is_named_before_the_replica_rule(digits):
     import tensorflow as tf
 
-    from tfdistributed.demo import build_model
+    from models import digits_model as build_model
 
     (x, y), _ = digits
     model = build_model(tfd.make_strategy("mirrored"))
@@ -175,7 +175,7 @@ def test_dataset_with_batch_size_is_named_before_the_replica_rule(digits):
 
 def test_validation_split_holds_out_the_last_rows_as_keras_does(digits):
     """Same split, same numbers as Keras' own fit on arrays (which shuffles after splitting)."""
-    from tfdistributed.demo import build_model
+    from models import digits_model as build_model
 
     (x, y), _ = digits
     x, y = x[:640], y[:640]
