@@ -204,10 +204,11 @@ def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
         raise ShardingError(
             f"This dataset cannot be split over {num_shards} workers with the shard policy "
             f"{checked!r}: it reads fewer input files than there are workers, so some workers "
-            f"would get no file. Set the shard policy to 'data' (Python: "
-            f"with_shard_policy(ds, 'data'); R: dataset_shard_policy(ds, \"data\")), or write "
+            f"would get no file. Set the shard policy to 'data', or write "
             f"the data as at least {num_shards} files."
-            + (f" (TensorFlow: {_tf_message(error)})" if error is not None else ""))
+            + (f" (TensorFlow: {_tf_message(error)})" if error is not None else ""),
+            hints={"python": "E.g. with_shard_policy(ds, 'data').",
+                   "r": 'E.g. dataset_shard_policy(ds, "data").'})
     if _has_memory_cache(dataset):
         raise ShardingError(
             f"Worker {index} of {num_shards} would get no data with the shard policy {checked!r}. "
@@ -632,8 +633,23 @@ class InputPlan:
             try:
                 check_sharding(dataset, self.workers)
             except ShardingError as e:
-                raise ShardingError(f"{self.what}(), {label}: {e}") from None
+                raise ShardingError(f"{self.what}(), {label}: {e.args[0]}", hints=e.hints) from None
         return dataset
+
+    def epochs_from_one_iterator(self, dataset, steps_per_epoch=None):
+        """``(dataset, steps_per_epoch)`` with which Keras reads every epoch from one iterator.
+
+        Keras makes a new input iterator at each epoch of a finite dataset and drops the old
+        one: 0.5 to 4 s per epoch here (``bench/profile_step.py``), paid in lock-step by every
+        worker of a multi-worker job, which for a finite dataset also all-reduce an "is there
+        more data?" flag at every step. Arrays are batched here, so their epoch length is known:
+        the batches repeat and ``steps_per_epoch`` is that length. Every epoch sees the same
+        batches as before (the last, smaller one included), reshuffled each epoch when asked.
+        Anything else, or a ``steps_per_epoch`` the user chose, is left as it is.
+        """
+        if self.source != "arrays" or steps_per_epoch is not None:
+            return dataset, steps_per_epoch
+        return dataset.repeat(), -(-self.num_examples // self.global_batch)
 
     def steps_per_epoch(self, steps=None) -> int:
         """Steps in one epoch where the input repeats forever (parameter-server training).

@@ -62,9 +62,9 @@ def _check_model(model, strategy, what: str):
             f"under another strategy ({strategy_kind(built_under)})"
         raise TrainingError(
             f"The model was built {where}, but {what}() was asked to use the {kind!r} strategy. "
-            f"Build and compile the model inside the strategy's scope: Python `with "
-            f"strategy.scope(): model = ...; model.compile(...)`, R `with(strategy$scope(), "
-            f"{{ model <- ...; model$compile(...) }})`.")
+            f"Build and compile the model inside the strategy's scope.",
+            hints={"python": "E.g. with strategy.scope(): model = ...; model.compile(...)",
+                   "r": "E.g. with(strategy$scope(), { model <- ...; model$compile(...) })"})
     for variable in model.weights[:1]:
         value = getattr(variable, "value", variable)
         if kind != "default" and not strategy.extended.variable_created_in_scope(value):
@@ -174,6 +174,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                               steps_per_epoch=steps_per_epoch, verbose=_verbose(verbose),
                               **fit_kwargs)
     dataset, validation = plan.dataset(), plan.validation_dataset()
+    dataset, steps_per_epoch = plan.epochs_from_one_iterator(dataset, steps_per_epoch)
     with strategy.scope():
         return compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
