@@ -54,10 +54,16 @@ def make_timer(keras):
             # tf_keras would otherwise convert logs to NumPy (a device sync) at every hooked batch.
             self._supports_tf_logs = True
             self.first_step = None
+            self.marks = []  # (epoch, batch, wall clock) of every batch begin
+            self.epoch = 0
             self.batches_in_epoch = 0
             self.epochs = []  # (wall clock at epoch end, batches in that epoch)
 
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
         def on_train_batch_begin(self, batch, logs=None):
+            self.marks.append((self.epoch, int(batch), time.time()))
             if self.first_step is None:
                 self.first_step = time.time()
             self.batches_in_epoch = max(self.batches_in_epoch, int(batch) + 1)
@@ -73,7 +79,85 @@ def make_timer(keras):
             steps = sum(steps_per_epoch or n for _, n in self.epochs[1:])
             return steps, self.epochs[-1][0] - self.epochs[0][0]
 
+        def step_times(self):
+            """Past epoch 1: ``(times between batches inside an epoch, epoch-boundary gaps)``.
+
+            A boundary gap runs from the last batch of an epoch to the first of the next, so it
+            holds one step plus whatever Keras and tf.data do between epochs.
+            """
+            inside, boundary = [], []
+            for (e0, _, t0), (e1, _, t1) in zip(self.marks, self.marks[1:]):
+                if e1 >= 1:
+                    (inside if e0 == e1 else boundary).append(t1 - t0)
+            return inside, boundary
+
     return Timer()
+
+
+def step_summary(timer, steps_per_execution=1) -> dict:
+    """Median step and epoch-boundary costs in ms, for the profile tool."""
+    import numpy as np
+
+    inside, boundary = timer.step_times()
+    step = float(np.median(inside)) / steps_per_execution * 1000 if inside else None
+    return {"step_ms": step,
+            "epoch_gap_ms": float(np.median(boundary)) * 1000 if boundary else None,
+            "epoch_gaps_ms": [round(g * 1000, 1) for g in boundary]}
+
+
+class Profiling:
+    """``--profile DIR``: a TensorFlow profiler trace of a window of steps, plus the collectives.
+
+    The trace covers batches ``start .. start + steps`` of epoch 2 (index 1), past tracing and
+    start-up, and lands in ``DIR/<task>``. The collectives are recorded as TensorFlow builds them
+    (``collective_ops.all_reduce_v2``, which both Keras 3 and tf_keras reach through
+    ``tf.distribute``): op name, element count and dtype, so the trace's events can be matched
+    to what they move.
+    """
+
+    def __init__(self, keras, directory, start=5, steps=20):
+        import tensorflow as tf
+        from tensorflow.python.ops import collective_ops
+
+        self.tf, self.directory, self.window = tf, directory, (start, start + steps)
+        self.collectives = []
+        original = collective_ops.all_reduce_v2
+
+        def recording(t, *args, **kwargs):
+            out = original(t, *args, **kwargs)
+            graph = getattr(out, "graph", None)
+            self.collectives.append({
+                "op": out.op.name if hasattr(out, "op") else "eager",
+                "graph": getattr(graph, "name", "eager"),
+                "elements": int(t.shape.num_elements() or 0) if t.shape.is_fully_defined() else None,
+                "bytes_per_element": t.dtype.size})
+            return out
+
+        collective_ops.all_reduce_v2 = recording
+        outer = self
+
+        class Window(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epoch = epoch
+
+            def on_train_batch_begin(self, batch, logs=None):
+                if self.epoch != 1:
+                    return
+                if batch == outer.window[0]:
+                    tf.profiler.experimental.start(outer.directory, options=tf.profiler.experimental
+                                                   .ProfilerOptions(host_tracer_level=2))
+                elif batch == outer.window[1]:
+                    tf.profiler.experimental.stop()
+
+        self.callback = Window()
+
+    def report(self, **timings):
+        """Writes ``collectives.json`` beside the trace; the result line only names the folder
+        (launch() shortens very long output lines)."""
+        with open(os.path.join(self.directory, "collectives.json"), "w") as f:
+            json.dump({"collectives": self.collectives, "window": list(self.window), **timings},
+                      f)
+        return {"profile_dir": self.directory}
 
 
 def cnn(keras):
@@ -88,6 +172,25 @@ def cnn(keras):
         keras.layers.Flatten(),
         keras.layers.Dense(10),
     ])
+
+
+def cnn_heavy(keras):
+    # The compute-heavier workload: three convolutions, ~0.07 M parameters (about twice the
+    # gradients of `cnn`) but ~14.5 M multiply-adds per image forward, ~6x `cnn`. A step is
+    # then far longer than an all-reduce, as on a real model where workers pay off.
+    return keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10),
+    ])
+
+
+MODELS = {"cnn": cnn, "heavy": cnn_heavy}
 
 
 def digits_mlp(keras):
@@ -144,23 +247,32 @@ def run_cnn(ns):
     global_batch = ns.batch * replicas
     x, y = synthetic_images(ns.examples_per_replica * replicas)
     keras.utils.set_random_seed(0)
+    profiling = None
+    if ns.profile:
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+        profiling = Profiling(keras, os.path.join(ns.profile, f"{task.get('type', 'single')}-"
+                                                              f"{task.get('index', 0)}"))
     with strategy.scope():
-        model = compile_model(cnn(keras), keras)
+        model = compile_model(MODELS[ns.model](keras), keras)
     timer = make_timer(keras)
+    callbacks = [timer] + ([profiling.callback] if profiling else [])
     if ns.legacy:
+        # TensorFlow's multi-worker tutorial, as a tf_keras user writes it: a dataset of global
+        # batches, auto-sharded by data, and model.fit.
         dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0)
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = \
-            tf.data.experimental.AutoShardPolicy.DATA  # what tfd.fit uses for arrays
+            tf.data.experimental.AutoShardPolicy.DATA
         dataset = dataset.batch(global_batch).with_options(options)
-        model.fit(dataset, epochs=ns.epochs, callbacks=[timer], verbose=0)
+        model.fit(dataset, epochs=ns.epochs, callbacks=callbacks, verbose=0)
     else:
         tfd.fit(model, x, y, epochs=ns.epochs, batch_size=global_batch, seed=0,
-                callbacks=[timer], verbose=0)
+                callbacks=callbacks, verbose=0)
     steps, seconds = timer.steady()
     emit(examples_per_second=steps * global_batch / seconds, steps=steps, seconds=seconds,
          global_batch=global_batch, replicas=replicas, first_step=timer.first_step,
-         params=model.count_params())
+         params=model.count_params(), **(profiling.report(**step_summary(timer)) if profiling
+                                         else step_summary(timer)))
 
 
 def run_mirrored(ns):
@@ -231,6 +343,8 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--batch", type=int, default=64, help="per replica")
     p.add_argument("--examples-per-replica", type=int, required=True)
+    p.add_argument("--model", choices=sorted(MODELS), default="cnn")
+    p.add_argument("--profile", metavar="DIR", help="trace 20 steps of epoch 2 into DIR/<task>")
     p.set_defaults(run=run_cnn)
     p = sub.add_parser("mirrored")
     p.add_argument("--devices", type=int, required=True)
