@@ -202,10 +202,10 @@ def digits_mlp(keras):
     ])
 
 
-def compile_model(model, keras):
+def compile_model(model, keras, steps_per_execution=1):
     model.compile(optimizer="adam",
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+                  metrics=["accuracy"], steps_per_execution=steps_per_execution)
     return model
 
 
@@ -253,7 +253,7 @@ def run_cnn(ns):
         profiling = Profiling(keras, os.path.join(ns.profile, f"{task.get('type', 'single')}-"
                                                               f"{task.get('index', 0)}"))
     with strategy.scope():
-        model = compile_model(MODELS[ns.model](keras), keras)
+        model = compile_model(MODELS[ns.model](keras), keras, ns.steps_per_execution)
     timer = make_timer(keras)
     callbacks = [timer] + ([profiling.callback] if profiling else [])
     if ns.legacy:
@@ -344,6 +344,7 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64, help="per replica")
     p.add_argument("--examples-per-replica", type=int, required=True)
     p.add_argument("--model", choices=sorted(MODELS), default="cnn")
+    p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--profile", metavar="DIR", help="trace 20 steps of epoch 2 into DIR/<task>")
     p.set_defaults(run=run_cnn)
     p = sub.add_parser("mirrored")

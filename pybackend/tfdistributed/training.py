@@ -158,6 +158,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "fit")
+    _check_steps_per_execution(model, placement["kind"])
     epochs = as_int(epochs, "epochs", minimum=1)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
     plan = plan_input("fit", x, y, **placement, batch_size=batch_size,
@@ -180,6 +181,19 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
+
+
+def _check_steps_per_execution(model, kind: str) -> None:
+    # Keras 3.15's multi-step function reads a multi-worker iterator inside a tf.while_loop, which
+    # TensorFlow 2.21 cannot run ("You must feed a value for placeholder tensor
+    # 'while/.../cond/Placeholder'"), whatever the input. Said before any work starts.
+    steps = getattr(model, "steps_per_execution", 1) or 1
+    if kind == "multi_worker_mirrored" and int(steps) > 1:
+        raise TrainingError(
+            f"The model was compiled with steps_per_execution={int(steps)}, which Keras 3 cannot "
+            f"run under 'multi_worker_mirrored' (TensorFlow fails inside its multi-step loop). "
+            f"Compile it with steps_per_execution=1 for multi-worker training.",
+            hints={"r": "E.g. model$compile(..., steps_per_execution = 1L)."})
 
 
 def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_policy=None,

@@ -127,3 +127,10 @@ def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path
         assert len(report["weights"]) == len(expected) > 0
         for got, want in zip(report["weights"], expected):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_steps_per_execution_above_one_is_refused_with_the_fix(tmp_path):
+    # Keras 3 + TensorFlow cannot run it on several workers (an upstream placeholder error deep in
+    # the multi-step loop): both workers stop at once with our message instead.
+    with pytest.raises(tfd.LaunchError, match="steps_per_execution=1 for multi-worker"):
+        run_job(tmp_path, "--epochs", "1", "--steps-per-execution", "4")

@@ -25,6 +25,7 @@ parser.add_argument("--save")
 parser.add_argument("--backup")
 parser.add_argument("--kill-at", type=int)
 parser.add_argument("--examples", type=int, help="train on the first N examples only")
+parser.add_argument("--steps-per-execution", type=int, default=1)
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
@@ -35,6 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import digits_model  # noqa: E402  (tests/python/models.py)
 
 model = digits_model(strategy, seed=1, learning_rate=0.01)
+if ns.steps_per_execution > 1:
+    model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
+                  steps_per_execution=ns.steps_per_execution)
 
 callbacks = []
 if ns.kill_at is not None:
