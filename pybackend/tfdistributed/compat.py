@@ -56,6 +56,14 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     same all-reduce (the example counts travel with the gradients, no extra round trip), so the
     update is the global mean's whatever the split; with even shares the weight is 1.
 
+``sharded_variable_updates``
+    Keras routes every optimizer update through ``strategy.extended.update``, which colocates
+    it with the variable; a variable split over parameter servers by a partitioner
+    (``ShardedVariable``) has no single place and fails ("doesn't support being used as a
+    reference"). :func:`update_shards_directly` makes one optimizer update such variables through
+    their own ``assign``/``assign_sub``, which write each shard on its ps task; the
+    parameter-server trainer applies it to models with partitioned variables.
+
 ``clip_after_all_reduce``
     Keras clips gradients (``clipnorm``, ``clipvalue``, ``global_clipnorm``) in each replica
     *before* summing them over the replicas, so with 2 or more replicas the update is not the one
@@ -88,8 +96,8 @@ _applied: dict[str, bool] = {}
 
 # Order matters: clip_after_all_reduce wraps the all-reduce that uneven_batches weights.
 REPAIRS = ("symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
-           "central_storage_metric_assign", "uneven_batches", "clip_after_all_reduce",
-           "strategy_aware_fit")
+           "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
+           "clip_after_all_reduce", "strategy_aware_fit")
 
 
 def _disabled() -> set[str]:
@@ -148,6 +156,10 @@ def defect_present(name: str) -> bool:
         per_replica_mean = "1.0 / num_replicas" in inspect.getsource(
             loss.scale_loss_for_distribution)
         return per_replica_mean and "all_reduce" in _source(TFOptimizer._all_reduce_sum_gradients)
+    if name == "sharded_variable_updates":
+        from keras.src.backend.tensorflow.optimizer import TFOptimizer
+
+        return "extended.update" in _source(TFOptimizer._distributed_tf_update_step)
     if name == "clip_after_all_reduce":
         from keras.src.backend.tensorflow.optimizer import TFOptimizer
 
@@ -387,6 +399,39 @@ def _scaled(gradient, factor, divide=False):
     return op(gradient)
 
 
+def update_shards_directly(optimizer) -> None:
+    """Let ``optimizer`` update partitioned variables.
+
+    Keras routes every update through ``strategy.extended.update``, which colocates the update
+    with the variable; a ``ShardedVariable`` has no single place ("doesn't support being used as
+    a reference"). Its own ``assign``/``assign_sub`` already write each shard on its ps task,
+    so partitioned variables are updated directly.
+    """
+    import tensorflow as tf
+
+    if not apply().get("sharded_variable_updates"):
+        return
+    distributed_update = optimizer._distributed_tf_update_step
+    if getattr(distributed_update, "updates_shards_directly", False):
+        return
+
+    def update(distribution, grads_and_vars, learning_rate):
+        whole = []
+        for grad, var in grads_and_vars:
+            if isinstance(var, tf.__internal__.distribute.ShardedVariable):
+                optimizer.update_step(grad, var, learning_rate)
+            else:
+                whole.append((grad, var))
+        distributed_update(distribution, whole, learning_rate)
+
+    update.updates_shards_directly = True
+    optimizer._distributed_tf_update_step = update
+
+
+def _patch_sharded_variable_updates(trainer) -> None:
+    """Nothing global: :func:`update_shards_directly` patches one optimizer when asked."""
+
+
 def _patch_clip_after_all_reduce(trainer) -> None:
     import tensorflow as tf
     from keras.src.backend.tensorflow.optimizer import TFOptimizer
@@ -491,6 +536,7 @@ _PATCHERS = {"symbolic_build": _patch_symbolic_build,
              "central_storage_updates": _patch_central_storage_updates,
              "central_storage_metric_assign": _patch_central_storage_metric_assign,
              "uneven_batches": _patch_uneven_batches,
+             "sharded_variable_updates": _patch_sharded_variable_updates,
              "clip_after_all_reduce": _patch_clip_after_all_reduce,
              "strategy_aware_fit": _patch_strategy_aware_fit}
 

@@ -46,6 +46,7 @@ How the pieces map onto Keras:
 
 from __future__ import annotations
 
+from . import compat
 from ._args import as_int, as_str
 from .cluster import read_tf_config
 from .data import plan_input
@@ -233,7 +234,7 @@ def _step_fn(model):
     Keras 3's ``train_step`` cannot train a variable split by a partitioner: the gradient tape
     asks the Keras variable for one ``handle``, which a ``ShardedVariable`` does not have. The
     partitioned step takes gradients with respect to the shards, joins each variable's shards
-    into one gradient, and lets the optimizer (see :func:`_update_shards_directly`) split the
+    into one gradient, and lets the optimizer (see :func:`tfdistributed.compat.update_shards_directly`) split the
     update again.
     """
     import keras
@@ -243,7 +244,7 @@ def _step_fn(model):
 
     if all(len(_shards(v)) == 1 for v in model.trainable_variables):
         return model.train_step
-    _update_shards_directly(model.optimizer)
+    compat.update_shards_directly(model.optimizer)
 
     def partitioned_train_step(data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -267,33 +268,6 @@ def _step_fn(model):
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     return partitioned_train_step
-
-
-def _update_shards_directly(optimizer):
-    """Let ``optimizer`` update partitioned variables.
-
-    Keras routes every update through ``strategy.extended.update``, which colocates the update
-    with the variable; a ``ShardedVariable`` has no single place ("doesn't support being used as
-    a reference"). Its own ``assign``/``assign_sub`` already write each shard on its ps task,
-    so partitioned variables are updated directly.
-    """
-    import tensorflow as tf
-
-    distributed_update = optimizer._distributed_tf_update_step
-    if getattr(distributed_update, "updates_shards_directly", False):
-        return
-
-    def update(distribution, grads_and_vars, learning_rate):
-        whole = []
-        for grad, var in grads_and_vars:
-            if isinstance(var, tf.__internal__.distribute.ShardedVariable):
-                optimizer.update_step(grad, var, learning_rate)
-            else:
-                whole.append((grad, var))
-        distributed_update(distribution, whole, learning_rate)
-
-    update.updates_shards_directly = True
-    optimizer._distributed_tf_update_step = update
 
 
 def _logs(model) -> dict:
