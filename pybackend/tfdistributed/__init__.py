@@ -17,7 +17,13 @@ TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG a
 devices can still be set up after it.
 """
 
-from . import checkpoints, data, generators, loops, ray_backend, slurm
+from . import _runtime
+
+# Before anything can import TensorFlow: its pooling CPU allocator, unless the user chose
+# (_runtime.py says why: without it a multi-worker step page-faults its tensors in every step).
+_runtime.prefer_pooled_cpu_allocator()
+
+from . import checkpoints, data, generators, loops, ray_backend, slurm  # noqa: E402
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)

@@ -45,6 +45,7 @@ from typing import Callable
 
 import portpicker
 
+from . import _runtime
 from ._args import as_int
 from ._job import LaunchResult, TaskResult, _target_argv
 from ._output import Relay, error_summary, how_it_ended
@@ -140,6 +141,9 @@ def _base_env(env, python: str, is_function: bool) -> dict:
     """The environment every task shares (TF_CONFIG aside)."""
     base = dict(os.environ)
     base.update({str(k): str(v) for k, v in (env or {}).items()})
+    # TensorFlow's pooling CPU allocator in every task, unless `env` or ours says otherwise: a
+    # script target may import TensorFlow before tfdistributed, or not import us at all.
+    _runtime.prefer_pooled_cpu_allocator(base)
     base["PYTHONUNBUFFERED"] = "1"
     # fit(verbose="auto") prints one line per epoch instead of a redrawn progress bar.
     base["TFDISTRIBUTED_LAUNCHED"] = "1"
