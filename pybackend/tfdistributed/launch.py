@@ -446,7 +446,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             then run TensorFlow servers and the target runs as the chief (the coordinator).
         chief: add a ``chief`` task.
         timeout: seconds for the whole job; then every process is stopped.
-        env: extra environment variables for every task.
+        env: extra environment variables for every task. Tasks get TensorFlow's pooling CPU
+            allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, see ``_runtime``) unless ``env`` or
+            this process's environment sets that variable.
         args: command-line arguments for a script, positional arguments for a function.
         cluster: an explicit cluster dict (loopback addresses only); default
             ``local_cluster(workers, ps, chief)``.
