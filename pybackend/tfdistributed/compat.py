@@ -70,6 +70,21 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     a single device makes from the same global batch (each replica's share is clipped on its
     own). The sum over replicas is taken first here, then clipped, as on one device.
 
+``multi_worker_steps_per_execution``
+    Keras runs ``steps_per_execution`` > 1 as a ``tf.while_loop`` that reads each batch as an
+    optional and calls the step inside a ``tf.cond``; under multi-worker collectives TensorFlow
+    cannot run that graph ("You must feed a value for placeholder tensor
+    'while/.../cond/Placeholder'"), so such a model could not train on several workers at all.
+    There the block's steps are chained in one function instead, and the step's outputs (loss,
+    metrics) are averaged over the workers once, after the block's last step: one all-reduce of
+    the logs per block instead of one per step; the logs after a block are those after its last
+    step, as with Keras. Chained steps cannot stop part-way through a block the way Keras' loop
+    does (where the data ends inside a block, one more step runs on an empty batch and the
+    optimizer counts it), so they run only where every block is whole: inside
+    :func:`tfdistributed.fit`/``evaluate``, which check that ``steps_per_execution`` divides the
+    batches of the input (:func:`whole_blocks`). A plain ``model.fit`` under such a strategy is
+    refused with that advice instead of TensorFlow's error.
+
 ``strategy_aware_fit``
     ``Model.fit``/``evaluate``/``predict`` know nothing of parameter-server strategies
     (keras-team/keras#18624) nor of multi-worker file writes. Under a ``ParameterServerStrategy``
@@ -84,6 +99,7 @@ list of repair names to switch repairs off (the tests use this to prove each def
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import inspect
@@ -97,7 +113,7 @@ _applied: dict[str, bool] = {}
 # Order matters: clip_after_all_reduce wraps the all-reduce that uneven_batches weights.
 REPAIRS = ("symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
            "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
-           "clip_after_all_reduce", "strategy_aware_fit")
+           "clip_after_all_reduce", "multi_worker_steps_per_execution", "strategy_aware_fit")
 
 
 def _disabled() -> set[str]:
@@ -166,6 +182,9 @@ def defect_present(name: str) -> bool:
         clip_first = _source(TFOptimizer._backend_apply_gradients).find("_clip_gradients")
         reduce_later = "_all_reduce_sum_gradients" in _source(TFOptimizer._backend_update_step)
         return clip_first >= 0 and reduce_later
+    if name == "multi_worker_steps_per_execution":
+        source = _source(trainer.TensorFlowTrainer._make_function)
+        return "tf.while_loop" in source and "get_next_as_optional" in source
     if name == "strategy_aware_fit":
         return "ClusterCoordinator" not in inspect.getsource(trainer)
     raise ValueError(f"unknown repair {name!r}; repairs are {REPAIRS}")
@@ -464,6 +483,70 @@ def _patch_clip_after_all_reduce(trainer) -> None:
     TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
 
 
+def _patch_multi_worker_steps_per_execution(trainer) -> None:
+    original = trainer.TensorFlowTrainer._make_function
+
+    def _make_function(self, step_function):
+        if (self.steps_per_execution > 1 and not self.run_eagerly
+                and trainer._collective_all_reduce_multi_worker(self.distribute_strategy)):
+            return _chained_steps(self, step_function, trainer)
+        return original(self, step_function)
+
+    _make_function.__tfdistributed_original__ = original
+    trainer.TensorFlowTrainer._make_function = _make_function
+
+
+_blocks = threading.local()
+
+
+@contextlib.contextmanager
+def whole_blocks():
+    """Within this, Keras' ``fit``/``evaluate`` may chain ``steps_per_execution`` steps on
+    several workers: the caller has checked that every block of its input is whole."""
+    previous = getattr(_blocks, "whole", False)
+    _blocks.whole = True
+    try:
+        yield
+    finally:
+        _blocks.whole = previous
+
+
+def _chained_steps(model, step_function, trainer):
+    """Keras' train/test function for ``steps_per_execution`` > 1 on several workers: the
+    block's steps one after the other in one ``tf.function``, the logs reduced after the last."""
+    import tensorflow as tf
+
+    from .errors import TrainingError
+
+    strategy = model.distribute_strategy
+    one_step = tf.function(lambda data: strategy.run(step_function, args=(data,)),
+                           reduce_retracing=True, jit_compile=model.jit_compile)
+
+    @tf.autograph.experimental.do_not_convert
+    def block(iterator):
+        # Stateful ops run in program order in a tf.function: each batch is read after the
+        # previous step's updates.
+        outputs = one_step(iterator.get_next())
+        for _ in range(model.steps_per_execution - 1):
+            outputs = one_step(iterator.get_next())
+        return trainer.reduce_per_replica(outputs, strategy, reduction="auto")
+
+    block = tf.function(block, reduce_retracing=True)
+
+    def function(iterator):
+        if not getattr(_blocks, "whole", False):
+            raise TrainingError(
+                f"The model was compiled with steps_per_execution={model.steps_per_execution}, "
+                f"which Keras 3 cannot run on several workers by itself. tfdistributed.fit() and "
+                f"evaluate() can (they check that the steps divide into whole blocks of the "
+                f"data); or compile the model with steps_per_execution=1.",
+                hints={"r": "Use fit_distributed() / evaluate_distributed(), or "
+                            "model$compile(..., steps_per_execution = 1L)."})
+        return block(iterator)
+
+    return function
+
+
 def _patch_strategy_aware_fit(trainer) -> None:
     cls = trainer.TensorFlowTrainer
     originals = {name: getattr(cls, name) for name in ("fit", "evaluate", "predict")}
@@ -538,6 +621,7 @@ _PATCHERS = {"symbolic_build": _patch_symbolic_build,
              "uneven_batches": _patch_uneven_batches,
              "sharded_variable_updates": _patch_sharded_variable_updates,
              "clip_after_all_reduce": _patch_clip_after_all_reduce,
+             "multi_worker_steps_per_execution": _patch_multi_worker_steps_per_execution,
              "strategy_aware_fit": _patch_strategy_aware_fit}
 
 

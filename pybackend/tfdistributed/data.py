@@ -636,7 +636,22 @@ class InputPlan:
                 raise ShardingError(f"{self.what}(), {label}: {e.args[0]}", hints=e.hints) from None
         return dataset
 
-    def epochs_from_one_iterator(self, dataset, steps_per_epoch=None):
+    def batches(self, validation: bool = False) -> int | None:
+        """Global batches in one pass over the input (or the validation data), the last maybe
+        smaller, when known: for arrays, and for a dataset whose cardinality TensorFlow knows
+        (else ``None``)."""
+        if validation:
+            if isinstance(self.validation, tuple):
+                return -(-num_examples(self.validation[0]) // self.global_batch)
+            data = self.validation
+        elif self.source == "arrays":
+            return -(-self.num_examples // self.global_batch)
+        else:
+            data = self.x if self.source == "dataset" else None
+        cardinality = -1 if data is None else int(data.cardinality())
+        return cardinality if cardinality >= 0 else None
+
+    def epochs_from_one_iterator(self, dataset, steps_per_epoch=None, steps_per_execution=1):
         """``(dataset, steps_per_epoch)`` with which Keras reads every epoch from one iterator.
 
         Keras makes a new input iterator at each epoch of a finite dataset and drops the old
@@ -645,11 +660,19 @@ class InputPlan:
         more data?" flag at every step. Arrays are batched here, so their epoch length is known:
         the batches repeat and ``steps_per_epoch`` is that length. Every epoch sees the same
         batches as before (the last, smaller one included), reshuffled each epoch when asked.
-        Anything else, or a ``steps_per_epoch`` the user chose, is left as it is.
+
+        Only when ``steps_per_execution`` divides that length: told ``steps_per_epoch``, Keras
+        runs whole blocks of ``steps_per_execution`` steps, so the last block of an epoch would
+        read the next epoch's first batches (10 batches in blocks of 4: 12 steps an epoch).
+        Otherwise, and for anything but arrays or a ``steps_per_epoch`` the user chose, the
+        input is left as it is and Keras ends each epoch where the data ends.
         """
         if self.source != "arrays" or steps_per_epoch is not None:
             return dataset, steps_per_epoch
-        return dataset.repeat(), -(-self.num_examples // self.global_batch)
+        batches = self.batches()
+        if batches % steps_per_execution:
+            return dataset, None
+        return dataset.repeat(), batches
 
     def steps_per_epoch(self, steps=None) -> int:
         """Steps in one epoch where the input repeats forever (parameter-server training).

@@ -158,7 +158,6 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "fit")
-    _check_steps_per_execution(model, placement["kind"])
     epochs = as_int(epochs, "epochs", minimum=1)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
     plan = plan_input("fit", x, y, **placement, batch_size=batch_size,
@@ -166,6 +165,9 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                       validation_data=validation_data, validation_split=validation_split,
                       shuffle=shuffle, seed=_shared_seed(seed, shuffle, strategy, placement),
                       shard_policy=shard_policy, check_shards=check_shards)
+    _check_steps_per_execution(model, plan, train=steps_per_epoch is None,
+                               validation=plan.validation is not None
+                               and fit_kwargs.get("validation_steps") is None)
     callbacks = list(callbacks or [])
     if backup_dir is not None:
         callbacks.insert(0, checkpoints.BackupAndRestore(os.fspath(backup_dir)))
@@ -175,25 +177,46 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                               steps_per_epoch=steps_per_epoch, verbose=_verbose(verbose),
                               **fit_kwargs)
     dataset, validation = plan.dataset(), plan.validation_dataset()
-    dataset, steps_per_epoch = plan.epochs_from_one_iterator(dataset, steps_per_epoch)
-    with strategy.scope():
+    dataset, steps_per_epoch = plan.epochs_from_one_iterator(dataset, steps_per_epoch,
+                                                             _steps_per_execution(model))
+    with strategy.scope(), compat.whole_blocks():
         return compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
 
 
-def _check_steps_per_execution(model, kind: str) -> None:
-    # Keras 3.15's multi-step function reads a multi-worker iterator inside a tf.while_loop, which
-    # TensorFlow 2.21 cannot run ("You must feed a value for placeholder tensor
-    # 'while/.../cond/Placeholder'"), whatever the input. Said before any work starts.
-    steps = getattr(model, "steps_per_execution", 1) or 1
-    if kind == "multi_worker_mirrored" and int(steps) > 1:
+def _steps_per_execution(model) -> int:
+    return int(getattr(model, "steps_per_execution", 1) or 1)
+
+
+def _check_steps_per_execution(model, plan, *, train=True, validation=False) -> None:
+    # On several workers the steps of a block are chained in one function (compat's
+    # multi_worker_steps_per_execution), which cannot stop part-way through a block as Keras'
+    # loop does: every block must be whole. Said before any work starts.
+    block = _steps_per_execution(model)
+    if plan.kind != "multi_worker_mirrored" or block == 1:
+        return
+    for checked, label in ((train, "the data"), (validation, "the validation data")):
+        batches = plan.batches(validation=label != "the data") if checked else block
+        if batches and batches % block == 0:
+            continue
+        if batches is None:
+            found = f"the batches of {label}, whose number is unknown"
+            fix = "pass the number of steps (a multiple of it), or compile with " \
+                  "steps_per_execution=1"
+        else:
+            divisors = [d for d in range(2, min(batches, 4 * block) + 1) if batches % d == 0]
+            found = f"the {batches} batches of {label}"
+            fix = (f"compile with a steps_per_execution that divides {batches} "
+                   f"({', '.join(map(str, divisors)) or batches}), or choose a batch size that "
+                   f"makes a multiple of {block} batches")
         raise TrainingError(
-            f"The model was compiled with steps_per_execution={int(steps)}, which Keras 3 cannot "
-            f"run under 'multi_worker_mirrored' (TensorFlow fails inside its multi-step loop). "
-            f"Compile it with steps_per_execution=1 for multi-worker training.",
-            hints={"r": "E.g. model$compile(..., steps_per_execution = 1L)."})
+            f"{plan.what}(): steps_per_execution={block} does not divide {found}; on several "
+            f"workers every block of steps must be whole (a shorter last block would take one "
+            f"more step, on an empty batch). To fix: {fix}.",
+            hints={"r": "E.g. model$compile(..., steps_per_execution = 2L) inside "
+                        "with(strategy$scope(), { ... })."})
 
 
 def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_policy=None,
@@ -229,11 +252,12 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
     plan = plan_input("evaluate", x, y, **placement, batch_size=batch_size,
                       sample_weight=sample_weight, shard_policy=shard_policy,
                       check_shards=check_shards)
+    _check_steps_per_execution(model, plan, train=steps is None)
     if plan.kind == "parameter_server":
         return ps.evaluate_planned(model, plan, strategy=strategy, steps=steps)
     dataset = plan.dataset()
     eval_kwargs.pop("return_dict", None)
-    with strategy.scope():
+    with strategy.scope(), compat.whole_blocks():
         result = compat.keras_method(model, "evaluate")(
             dataset, steps=steps, verbose=_verbose(verbose), return_dict=True, **eval_kwargs)
     return {k: float(v) for k, v in result.items()}

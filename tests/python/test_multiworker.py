@@ -129,8 +129,60 @@ def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
 
-def test_steps_per_execution_above_one_is_refused_with_the_fix(tmp_path):
-    # Keras 3 + TensorFlow cannot run it on several workers (an upstream placeholder error deep in
-    # the multi-step loop): both workers stop at once with our message instead.
-    with pytest.raises(tfd.LaunchError, match="steps_per_execution=1 for multi-worker"):
+def test_steps_per_execution_trains_as_on_one_device(tmp_path):
+    # 1280 digits are 20 batches of 64 (5 whole blocks of 4 an epoch), the 450 test digits 8.
+    # Keras alone cannot run this on several workers (see the next tests).
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from models import digits_model
+
+    result = run_job(tmp_path, "--epochs", "2", "--examples", "1280", "--steps-per-execution", "4")
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    outputs = read_outputs(tmp_path)
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    strategy = tfd.make_strategy("default")
+    model = digits_model(strategy, seed=1, learning_rate=0.01)
+    model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
+                  steps_per_execution=4)
+    history = model.fit(x[:1280], y[:1280], epochs=2, batch_size=64, shuffle=False, verbose=0)
+    metrics = model.evaluate(xt, yt, batch_size=64, verbose=0, return_dict=True)
+    expected = model.get_weights()
+    assert sorted(outputs) == ["worker-0", "worker-1"]
+    for report in outputs.values():
+        assert report["steps"] == int(model.optimizer.iterations.numpy()) == 40
+        for key in ("loss", "accuracy"):
+            np.testing.assert_allclose(report["history"][key], history.history[key], rtol=2e-5)
+            np.testing.assert_allclose(report["metrics"][key], metrics[key], rtol=2e-5)
+        assert len(report["weights"]) == len(expected) > 0
+        for got, want in zip(report["weights"], expected):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+    for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_steps_per_execution_with_a_partial_last_block_is_refused_with_the_fix(tmp_path):
+    # 1347 digits are 22 batches of 64: blocks of 4 would end on a short block, which chained
+    # steps on several workers cannot stop inside (one more step on an empty batch). Refused on
+    # both workers before any step, with the divisors that work.
+    with pytest.raises(tfd.LaunchError) as info:
         run_job(tmp_path, "--epochs", "1", "--steps-per-execution", "4")
+    message = str(info.value)
+    assert "steps_per_execution=4 does not divide the 22 batches of the data" in message
+    assert "(2, 11)" in message
+    assert not any("Epoch 1" in line for t in info.value.results for line in t.output)
+
+
+def test_plain_model_fit_with_steps_per_execution_is_refused_with_advice(tmp_path):
+    with pytest.raises(tfd.LaunchError) as info:
+        run_job(tmp_path, "--epochs", "1", "--examples", "1280", "--steps-per-execution", "4",
+                "--keras-fit")
+    assert "tfdistributed.fit() and evaluate() can" in str(info.value)
+
+
+def test_steps_per_execution_fails_without_the_repair(tmp_path):
+    with pytest.raises(tfd.LaunchError) as info:
+        run_job(tmp_path, "--epochs", "1", "--examples", "1280", "--steps-per-execution", "4",
+                env={"TFDISTRIBUTED_DISABLE_COMPAT": "multi_worker_steps_per_execution"})
+    output = "\n".join(line for t in info.value.results for line in t.output)
+    assert "You must feed a value for placeholder tensor" in output

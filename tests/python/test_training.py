@@ -190,3 +190,40 @@ def test_model_saved_under_mirrored_loads_with_and_without_a_strategy(digits, tm
     exported = tfd.checkpoints.export_saved_model(model, tmp_path / "serving")
     served = tf.saved_model.load(exported)
     np.testing.assert_allclose(served.serve(xt[:8]).numpy(), model(xt[:8]).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["default", "mirrored"])
+@pytest.mark.parametrize("examples,steps", [(600, 30), (512, 24)])  # 10 batches (the last
+def test_steps_per_execution_epochs_are_keras_epochs(digits, name, examples, steps):  # smaller), 8
+    # Blocks of 4 over 10 batches: Keras runs 4 + 4 + 2 steps an epoch on arrays. fit() once
+    # repeated the batches and passed steps_per_epoch, where Keras runs whole blocks: 12 steps an
+    # epoch, each epoch eating into the next one's batches (36 steps instead of 30).
+    import keras
+
+    (x, y), _ = digits
+    x, y = x[:examples], y[:examples]
+    strategy = tfd.make_strategy(name)
+    histories, taken, weights = [], [], []
+    for run in (tfd.fit, None):
+        model = build_digits_model(strategy, seed=1)
+        with strategy.scope():
+            model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
+                          steps_per_execution=4)
+        ends = []
+        seen = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: ends.append(b))
+        if run is None:
+            with strategy.scope():
+                history = model.fit(x, y, epochs=3, batch_size=64, shuffle=False, verbose=0,
+                                    callbacks=[seen])
+        else:
+            history = run(model, x, y, epochs=3, batch_size=64, shuffle=False, verbose=0,
+                          callbacks=[seen])
+        histories.append(history.history)
+        taken.append((int(model.optimizer.iterations.numpy()), ends))
+        weights.append(model.get_weights())
+    assert taken[0] == taken[1] and taken[0][0] == steps
+    for key in ("loss", "accuracy"):
+        np.testing.assert_allclose(histories[0][key], histories[1][key], rtol=1e-6)
+    assert len(weights[0]) == len(weights[1]) == 4
+    for got, want in zip(*weights):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -2,6 +2,7 @@
 
 usage: mwms_digits.py OUTDIR [--epochs N] [--source arrays|tfds] [--data-dir D] [--policy P]
                       [--save MODEL.keras] [--backup DIR [--kill-at EPOCH]] [--examples N]
+                      [--steps-per-execution K] [--keras-fit]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history and test metrics).
 --kill-at E: worker 1 SIGKILLs itself when epoch E (0-based) begins, once the chief's backup
 of the previous epoch is on disk (a machine failure at a known point).
@@ -26,6 +27,7 @@ parser.add_argument("--backup")
 parser.add_argument("--kill-at", type=int)
 parser.add_argument("--examples", type=int, help="train on the first N examples only")
 parser.add_argument("--steps-per-execution", type=int, default=1)
+parser.add_argument("--keras-fit", action="store_true", help="plain model.fit on the arrays")
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
@@ -37,8 +39,9 @@ from models import digits_model  # noqa: E402  (tests/python/models.py)
 
 model = digits_model(strategy, seed=1, learning_rate=0.01)
 if ns.steps_per_execution > 1:
-    model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
-                  steps_per_execution=ns.steps_per_execution)
+    with strategy.scope():  # Keras makes its loss tracker here: a per-worker one outside the scope
+        model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
+                      steps_per_execution=ns.steps_per_execution)
 
 callbacks = []
 if ns.kill_at is not None:
@@ -67,6 +70,10 @@ if ns.source == "tfds":
     train = tfd.load_tfds("sklearn_digits", "train", ns.data_dir, shard_policy=ns.policy)
     train = train.map(scale).batch(ns.batch)
     history = tfd.fit(model, train, epochs=ns.epochs, verbose=2)
+elif ns.keras_fit:
+    (x, y), _ = tfd.digits_arrays()
+    history = model.fit(x[:ns.examples], y[:ns.examples], epochs=ns.epochs, batch_size=ns.batch,
+                        shuffle=False, verbose=2)
 else:
     (x, y), (xt, yt) = tfd.digits_arrays()
     x, y = x[:ns.examples], y[:ns.examples]
@@ -83,5 +90,5 @@ np.savez(os.path.join(ns.outdir, name + ".npz"), *[w.numpy() if hasattr(w, "nump
                                                    for w in model.get_weights()])
 with open(os.path.join(ns.outdir, name + ".json"), "w") as f:
     json.dump({"history": history.history, "epochs": history.epoch, "metrics": metrics,
-               "info": info}, f)
+               "info": info, "steps": int(model.optimizer.iterations.numpy())}, f)
 print(f"done: {metrics}", flush=True)
