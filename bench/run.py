@@ -153,7 +153,9 @@ def r_generator_arm(mode):
     return arm
 
 
-def cnn_args(cfg, legacy=False, heavy=False):
+def cnn_args(cfg, legacy=False, heavy=False, steps_per_execution=1):
+    if steps_per_execution > 1:
+        return cnn_args(cfg, legacy, heavy) + ["--steps-per-execution", str(steps_per_execution)]
     if heavy:  # the compute-heavier workload: 128 images per replica, ~6x the FLOPs per image
         args = ["cnn", "--model", "heavy", "--batch", "128", "--epochs",
                 str(cfg.heavy_epochs), "--examples-per-replica", str(cfg.heavy_examples_per_replica)]
@@ -163,10 +165,10 @@ def cnn_args(cfg, legacy=False, heavy=False):
     return args + (["--legacy"] if legacy else [])
 
 
-def cnn_cluster(cfg, legacy, heavy=False):
+def cnn_cluster(cfg, legacy, heavy=False, steps_per_execution=1):
     # Lock-step workers: the job is as fast as its slower worker and starts when both have.
-    found, started = run_cluster(cnn_args(cfg, legacy, heavy), timeout=cfg.timeout, workers=2,
-                                 pin_cpus=True)
+    found, started = run_cluster(cnn_args(cfg, legacy, heavy, steps_per_execution),
+                                 timeout=cfg.timeout, workers=2, pin_cpus=True)
     if len(found) != 2:
         raise RunFailed(f"{len(found)} of 2 workers reported")
     return {"examples_per_second": min(r["examples_per_second"] for r in found),
@@ -182,9 +184,11 @@ def arm_legacy_two_workers(cfg):
     return cnn_cluster(cfg, legacy=True)
 
 
-def arm_k3_one_process(cfg, heavy=False):
+def arm_k3_one_process(cfg, heavy=False, steps_per_execution=1):
     # Pinned exactly as pinning.pin_tasks() pins one worker: core 0, one TensorFlow thread.
-    res, started = run_process([sys.executable, WORKLOADS, *cnn_args(cfg, heavy=heavy)],
+    res, started = run_process([sys.executable, WORKLOADS,
+                                *cnn_args(cfg, heavy=heavy,
+                                          steps_per_execution=steps_per_execution)],
                                timeout=cfg.timeout,
                                cpus={0}, env={"TF_NUM_INTRAOP_THREADS": "1",
                                               "TF_NUM_INTEROP_THREADS": "1"})
@@ -351,6 +355,13 @@ def analyse(arms: dict) -> list[dict]:
         "7b. Keras 3 vs legacy Keras, compute-heavier CNN", hk3, hlegacy, "examples_per_second",
         "examples/s", ratio_name="Keras 3 / tf_keras", target=">= 1.2, every round >= 1.0",
         meets=lambda x: x >= 1.2, note="same 2-worker cluster, 128 per worker")))
+    bk3, bone = arms["blocks_k3_2w"], arms["blocks_1p"]
+    rows.append(row("8. Scaling in blocks of 4 steps: 2 workers vs 1", bk3, bone,
+                    "examples_per_second", "examples/s", ratio_name="2 workers / 1 process",
+                    note="the small CNN of 4a compiled with steps_per_execution=4 on both sides "
+                         "(the logs are all-reduced once a block); " + scaling_note(
+                             bone, bk3, params, how="one all-reduce of {kib} of gradients per "
+                                                   "step and one of the logs per 4 steps")))
     m2, m1 = arms["mirrored_2"], arms["mirrored_1"]
     rows.append(row("4b. Scaling: mirrored, 2 logical CPUs vs 1", m2, m1, "examples_per_second",
                     "examples/s", ratio_name="2 devices / 1 device", target="ideal 2.0",
@@ -534,6 +545,11 @@ def main(argv=None):
          [Arm("heavy_k3_2w", "Keras 3, 2 workers", lambda cfg: cnn_cluster(cfg, False, True)),
           Arm("heavy_legacy_2w", "tf_keras, 2 workers", lambda cfg: cnn_cluster(cfg, True, True)),
           Arm("heavy_1p", "1 process", lambda cfg: arm_k3_one_process(cfg, heavy=True))]),
+        ("8. CNN in blocks of 4 steps: Keras 3, 2 workers and 1 process",
+         [Arm("blocks_k3_2w", "Keras 3, 2 workers, blocks of 4",
+              lambda cfg: cnn_cluster(cfg, False, steps_per_execution=4)),
+          Arm("blocks_1p", "1 process, blocks of 4",
+              lambda cfg: arm_k3_one_process(cfg, steps_per_execution=4))]),
         ("3. Parameter server", [Arm("ps_ours", "tfdistributed PS", ps_arm(legacy=False)),
                                  Arm("ps_legacy", "tf_keras PS", ps_arm(legacy=True))]),
         ("4b. Mirrored on logical CPUs", [Arm("mirrored_2", "2 logical CPUs", mirrored_arm(2)),

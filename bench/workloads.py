@@ -268,11 +268,13 @@ def run_cnn(ns):
     else:
         tfd.fit(model, x, y, epochs=ns.epochs, batch_size=global_batch, seed=0,
                 callbacks=callbacks, verbose=0)
-    steps, seconds = timer.steady()
+    # With blocks of steps Keras reports one batch per block: count the steps from the data.
+    steps, seconds = timer.steady(steps_per_epoch=-(-ns.examples_per_replica // ns.batch)
+                                  if ns.steps_per_execution > 1 else None)
+    summary = step_summary(timer, ns.steps_per_execution)
     emit(examples_per_second=steps * global_batch / seconds, steps=steps, seconds=seconds,
          global_batch=global_batch, replicas=replicas, first_step=timer.first_step,
-         params=model.count_params(), **(profiling.report(**step_summary(timer)) if profiling
-                                         else step_summary(timer)))
+         params=model.count_params(), **(profiling.report(**summary) if profiling else summary))
 
 
 def run_mirrored(ns):

@@ -75,15 +75,12 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     optional and calls the step inside a ``tf.cond``; under multi-worker collectives TensorFlow
     cannot run that graph ("You must feed a value for placeholder tensor
     'while/.../cond/Placeholder'"), so such a model could not train on several workers at all.
-    There the block's steps are chained in one function instead, and the step's outputs (loss,
-    metrics) are averaged over the workers once, after the block's last step: one all-reduce of
-    the logs per block instead of one per step; the logs after a block are those after its last
-    step, as with Keras. Chained steps cannot stop part-way through a block the way Keras' loop
-    does (where the data ends inside a block, one more step runs on an empty batch and the
-    optimizer counts it), so they run only where every block is whole: inside
-    :func:`tfdistributed.fit`/``evaluate``, which check that ``steps_per_execution`` divides the
-    batches of the input (:func:`whole_blocks`). A plain ``model.fit`` under such a strategy is
-    refused with that advice instead of TensorFlow's error.
+    There the block's steps are chained in one function instead, each reading its batch with
+    ``get_next`` (where the data ends inside a block, the steps before have run and Keras ends
+    the epoch, as it does on one device), every op of a step waiting for that step's batch, and
+    the step's outputs (loss, metrics) are averaged over the workers once, after the block's
+    last step: one all-reduce of the logs per block instead of one per step. An input with fewer
+    batches than one block ends before Keras has any logs; that is refused with the fix.
 
 ``strategy_aware_fit``
     ``Model.fit``/``evaluate``/``predict`` know nothing of parameter-server strategies
@@ -99,7 +96,6 @@ list of repair names to switch repairs off (the tests use this to prove each def
 
 from __future__ import annotations
 
-import contextlib
 import importlib.abc
 import importlib.util
 import inspect
@@ -496,21 +492,6 @@ def _patch_multi_worker_steps_per_execution(trainer) -> None:
     trainer.TensorFlowTrainer._make_function = _make_function
 
 
-_blocks = threading.local()
-
-
-@contextlib.contextmanager
-def whole_blocks():
-    """Within this, Keras' ``fit``/``evaluate`` may chain ``steps_per_execution`` steps on
-    several workers: the caller has checked that every block of its input is whole."""
-    previous = getattr(_blocks, "whole", False)
-    _blocks.whole = True
-    try:
-        yield
-    finally:
-        _blocks.whole = previous
-
-
 def _chained_steps(model, step_function, trainer):
     """Keras' train/test function for ``steps_per_execution`` > 1 on several workers: the
     block's steps one after the other in one ``tf.function``, the logs reduced after the last."""
@@ -519,13 +500,23 @@ def _chained_steps(model, step_function, trainer):
     from .errors import TrainingError
 
     strategy = model.distribute_strategy
-    one_step = tf.function(lambda data: strategy.run(step_function, args=(data,)),
-                           reduce_retracing=True, jit_compile=model.jit_compile)
+
+    def on_its_batch(data):
+        # Every op of a step waits for the step's batch. Ops that read no data (the optimizer's
+        # step counter, which Adam's bias correction reads) would otherwise run while the
+        # batch's get_next is still finding out that the data has ended: the counter then
+        # counts a step that never ran. merge_call carries these dependencies into the updates.
+        with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
+            return step_function(data)
+
+    def one_step(data):
+        return strategy.run(on_its_batch, args=(data,))
+
+    if model.jit_compile:  # one compiled op: it starts once all its inputs are there
+        one_step = tf.function(one_step, reduce_retracing=True, jit_compile=True)
 
     @tf.autograph.experimental.do_not_convert
     def block(iterator):
-        # Stateful ops run in program order in a tf.function: each batch is read after the
-        # previous step's updates.
         outputs = one_step(iterator.get_next())
         for _ in range(model.steps_per_execution - 1):
             outputs = one_step(iterator.get_next())
@@ -534,15 +525,21 @@ def _chained_steps(model, step_function, trainer):
     block = tf.function(block, reduce_retracing=True)
 
     def function(iterator):
-        if not getattr(_blocks, "whole", False):
+        try:
+            outputs = block(iterator)
+        except tf.errors.OutOfRangeError:
+            if getattr(iterator, "_tfdistributed_blocks_run", 0):
+                raise  # the end of the data: Keras ends the epoch
             raise TrainingError(
-                f"The model was compiled with steps_per_execution={model.steps_per_execution}, "
-                f"which Keras 3 cannot run on several workers by itself. tfdistributed.fit() and "
-                f"evaluate() can (they check that the steps divide into whole blocks of the "
-                f"data); or compile the model with steps_per_execution=1.",
-                hints={"r": "Use fit_distributed() / evaluate_distributed(), or "
-                            "model$compile(..., steps_per_execution = 1L)."})
-        return block(iterator)
+                f"The data ended inside the first block of {model.steps_per_execution} steps "
+                f"(steps_per_execution={model.steps_per_execution}): one pass over it has fewer "
+                f"batches than that, and on several workers Keras has no result for such a "
+                f"block. Compile the model with a steps_per_execution of at most the number of "
+                f"batches, or use a smaller batch size.",
+                hints={"r": "E.g. model$compile(..., steps_per_execution = 2L) inside "
+                            "with(strategy$scope(), { ... })."}) from None
+        iterator._tfdistributed_blocks_run = getattr(iterator, "_tfdistributed_blocks_run", 0) + 1
+        return outputs
 
     return function
 

@@ -179,7 +179,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     dataset, validation = plan.dataset(), plan.validation_dataset()
     dataset, steps_per_epoch = plan.epochs_from_one_iterator(dataset, steps_per_epoch,
                                                              _steps_per_execution(model))
-    with strategy.scope(), compat.whole_blocks():
+    with strategy.scope():
         return compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
@@ -191,32 +191,22 @@ def _steps_per_execution(model) -> int:
 
 
 def _check_steps_per_execution(model, plan, *, train=True, validation=False) -> None:
-    # On several workers the steps of a block are chained in one function (compat's
-    # multi_worker_steps_per_execution), which cannot stop part-way through a block as Keras'
-    # loop does: every block must be whole. Said before any work starts.
+    # On several workers a block of steps ends early only where the data ends (compat's
+    # multi_worker_steps_per_execution), and Keras has no result when that is inside the first
+    # block of a pass over the data. Said before any work starts, where the length is known.
     block = _steps_per_execution(model)
     if plan.kind != "multi_worker_mirrored" or block == 1:
         return
     for checked, label in ((train, "the data"), (validation, "the validation data")):
-        batches = plan.batches(validation=label != "the data") if checked else block
-        if batches and batches % block == 0:
-            continue
-        if batches is None:
-            found = f"the batches of {label}, whose number is unknown"
-            fix = "pass the number of steps (a multiple of it), or compile with " \
-                  "steps_per_execution=1"
-        else:
-            divisors = [d for d in range(2, min(batches, 4 * block) + 1) if batches % d == 0]
-            found = f"the {batches} batches of {label}"
-            fix = (f"compile with a steps_per_execution that divides {batches} "
-                   f"({', '.join(map(str, divisors)) or batches}), or choose a batch size that "
-                   f"makes a multiple of {block} batches")
-        raise TrainingError(
-            f"{plan.what}(): steps_per_execution={block} does not divide {found}; on several "
-            f"workers every block of steps must be whole (a shorter last block would take one "
-            f"more step, on an empty batch). To fix: {fix}.",
-            hints={"r": "E.g. model$compile(..., steps_per_execution = 2L) inside "
-                        "with(strategy$scope(), { ... })."})
+        batches = plan.batches(validation=label != "the data") if checked else None
+        if batches is not None and batches < block:
+            raise TrainingError(
+                f"{plan.what}(): steps_per_execution={block} is more than the {batches} "
+                f"batches of one pass over {label}; on several workers a block of steps cannot "
+                f"be longer than that. Compile the model with steps_per_execution={batches} or "
+                f"less, or use a smaller batch size.",
+                hints={"r": f"E.g. model$compile(..., steps_per_execution = {max(batches, 1)}L) "
+                            f"inside with(strategy$scope(), {{ ... }})."})
 
 
 def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_policy=None,
@@ -257,7 +247,7 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
         return ps.evaluate_planned(model, plan, strategy=strategy, steps=steps)
     dataset = plan.dataset()
     eval_kwargs.pop("return_dict", None)
-    with strategy.scope(), compat.whole_blocks():
+    with strategy.scope():
         result = compat.keras_method(model, "evaluate")(
             dataset, steps=steps, verbose=_verbose(verbose), return_dict=True, **eval_kwargs)
     return {k: float(v) for k, v in result.items()}
