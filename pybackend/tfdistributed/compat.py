@@ -79,8 +79,10 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     ``get_next`` (where the data ends inside a block, the steps before have run and Keras ends
     the epoch, as it does on one device), every op of a step waiting for that step's batch, and
     the step's outputs (loss, metrics) are averaged over the workers once, after the block's
-    last step: one all-reduce of the logs per block instead of one per step. An input with fewer
-    batches than one block ends before Keras has any logs; that is refused with the fix.
+    last step: one all-reduce of the logs per block instead of one per step. A last, shorter
+    block is in the epoch's results but gets no batch-end callback (one device gives it one). An
+    input with fewer batches than one block ends before Keras has any logs; that is refused
+    with the fix.
 
 ``strategy_aware_fit``
     ``Model.fit``/``evaluate``/``predict`` know nothing of parameter-server strategies
