@@ -356,12 +356,19 @@ def analyse(arms: dict) -> list[dict]:
         "examples/s", ratio_name="Keras 3 / tf_keras", target=">= 1.2, every round >= 1.0",
         meets=lambda x: x >= 1.2, note="same 2-worker cluster, 128 per worker")))
     bk3, bone = arms["blocks_k3_2w"], arms["blocks_1p"]
-    rows.append(row("8. Scaling in blocks of 4 steps: 2 workers vs 1", bk3, bone,
+    rows.append(row("8a. Scaling in blocks of 4 steps: 2 workers vs 1", bk3, bone,
                     "examples_per_second", "examples/s", ratio_name="2 workers / 1 process",
                     note="the small CNN of 4a compiled with steps_per_execution=4 on both sides "
                          "(the logs are all-reduced once a block); " + scaling_note(
                              bone, bk3, params, how="one all-reduce of {kib} of gradients per "
                                                    "step and one of the logs per 4 steps")))
+    hbk3, hbone = arms["heavy_blocks_k3_2w"], arms["heavy_blocks_1p"]
+    rows.append(row("8b. Scaling in blocks of 4 steps, compute-heavier CNN: 2 workers vs 1", hbk3,
+                    hbone, "examples_per_second", "examples/s", ratio_name="2 workers / 1 process",
+                    note="the compute-heavier CNN of 7a compiled with steps_per_execution=4 on "
+                         "both sides; " + scaling_note(
+                             hbone, hbk3, hparams, how="one all-reduce of {kib} of gradients per "
+                                                     "step and one of the logs per 4 steps")))
     m2, m1 = arms["mirrored_2"], arms["mirrored_1"]
     rows.append(row("4b. Scaling: mirrored, 2 logical CPUs vs 1", m2, m1, "examples_per_second",
                     "examples/s", ratio_name="2 devices / 1 device", target="ideal 2.0",
@@ -545,11 +552,16 @@ def main(argv=None):
          [Arm("heavy_k3_2w", "Keras 3, 2 workers", lambda cfg: cnn_cluster(cfg, False, True)),
           Arm("heavy_legacy_2w", "tf_keras, 2 workers", lambda cfg: cnn_cluster(cfg, True, True)),
           Arm("heavy_1p", "1 process", lambda cfg: arm_k3_one_process(cfg, heavy=True))]),
-        ("8. CNN in blocks of 4 steps: Keras 3, 2 workers and 1 process",
+        ("8a. CNN in blocks of 4 steps: Keras 3, 2 workers and 1 process",
          [Arm("blocks_k3_2w", "Keras 3, 2 workers, blocks of 4",
               lambda cfg: cnn_cluster(cfg, False, steps_per_execution=4)),
           Arm("blocks_1p", "1 process, blocks of 4",
               lambda cfg: arm_k3_one_process(cfg, steps_per_execution=4))]),
+        ("8b. Compute-heavier CNN in blocks of 4 steps: Keras 3, 2 workers and 1 process",
+         [Arm("heavy_blocks_k3_2w", "Keras 3, 2 workers, blocks of 4",
+              lambda cfg: cnn_cluster(cfg, False, True, steps_per_execution=4)),
+          Arm("heavy_blocks_1p", "1 process, blocks of 4",
+              lambda cfg: arm_k3_one_process(cfg, heavy=True, steps_per_execution=4))]),
         ("3. Parameter server", [Arm("ps_ours", "tfdistributed PS", ps_arm(legacy=False)),
                                  Arm("ps_legacy", "tf_keras PS", ps_arm(legacy=True))]),
         ("4b. Mirrored on logical CPUs", [Arm("mirrored_2", "2 logical CPUs", mirrored_arm(2)),

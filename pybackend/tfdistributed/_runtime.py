@@ -4,10 +4,12 @@ One today: TensorFlow's pooling (BFC) allocator for CPU tensors, ``TF_CPU_ALLOCA
 
 Why. The kernel of TensorFlow's ``GeneratorDataset`` (built by ``Dataset.from_generator`` and by
 the multi-device iterator that every ``tf.distribute`` strategy's input goes through) calls
-``mallopt(M_MMAP_THRESHOLD, 128 KiB)`` on Python 3.11 (TensorFlow's
-``ApplyPython311MemoryPatch``). That freezes glibc's mmap threshold: from then on every tensor
-buffer of 128 KiB or more is a fresh ``mmap`` when allocated and a ``munmap`` when freed, so a
-training step page-faults its activations and gradients in again at every step. On a 2-worker
+``mallopt`` on Python 3.11 (TensorFlow's ``ApplyPython311MemoryPatch``; TensorFlow 2.21 logs
+"M_TRIM_THRESHOLD=128 kb was set"). That turns glibc's adaptive mmap threshold off where it
+stands: from then on every buffer above it is a fresh ``mmap`` when allocated and a ``munmap``
+when freed. Where it stands depends on what ran before (on one machine it was low enough for
+every tensor of a training step, on another no 4 MiB tensor was affected); where it is low, a
+step page-faults its activations and gradients in again at every step. On a 2-worker
 CNN job (one core per worker) the compute thread spent as much time in the kernel as in its own
 code (strace: ~180 ``munmap`` per second) and a step took twice what it takes in one process.
 TensorFlow's BFC allocator keeps the memory it got and reuses it, so the frozen threshold no

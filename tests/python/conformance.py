@@ -39,7 +39,7 @@ def _dense_body():
 
 
 def _sequential(body, *, optimizer=None, metrics=("accuracy",), loss=None, dtype_policy=None,
-                activation=None):
+                activation=None, steps_per_execution=1):
     """``body()`` (a function: layers must be created after the dtype policy is set) between
     the digits input and a 10-way float32 output layer, compiled."""
     import keras
@@ -53,7 +53,7 @@ def _sequential(body, *, optimizer=None, metrics=("accuracy",), loss=None, dtype
         keras.mixed_precision.set_dtype_policy("float32")
     model.compile(optimizer=optimizer or keras.optimizers.Adam(0.01),
                   loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=list(metrics))
+                  metrics=list(metrics), steps_per_execution=steps_per_execution)
     return model
 
 
@@ -214,9 +214,15 @@ def _features():
             lambda d: {"y": _one_hot(d["y"]), "test_y": _one_hot(d["yt"]), "validation_split": 0.2,
                        "batch_size": 64}, TRAINS, "tfd"),
         "callbacks": (lambda: _sequential(flat), _callbacks, EXACT, "tfd"),
+        # Blocks of 4 steps over 10 batches: 4 + 4 + 2 an epoch; validation: 8 batches.
+        "steps_per_execution": (lambda: _sequential(flat, steps_per_execution=4),
+                                lambda d: {"validation_data": (d["xt"], d["yt"])}, EXACT, "tfd"),
         "plain_model_fit": (lambda: _sequential(flat),
                             lambda d: {"validation_split": 0.2, "callbacks": _callbacks(d)["callbacks"]},
                             EXACT, "keras"),
+        "plain_model_fit_blocks": (lambda: _sequential(flat, steps_per_execution=4),
+                                   lambda d: {"validation_data": (d["xt"], d["yt"])},
+                                   EXACT, "keras"),
     }
 
 
