@@ -146,8 +146,9 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         ones too with validation data).
 
     Raises:
-        TrainingError: the model was not built/compiled under the strategy, or the batch size
-            does not divide over the replicas.
+        TrainingError: the model was not built/compiled under the strategy, the batch size
+            does not divide over the replicas, or (on several workers) the model's
+            ``steps_per_execution`` is more than the batches of one pass over the data.
         ArgumentTypeError: an argument of the wrong type, or one that does not apply to the
             input (``batch_size``/``validation_split`` with a dataset).
         ShardingError: a dataset cannot be split over the workers.
@@ -197,8 +198,9 @@ def _check_steps_per_execution(model, plan, *, train=True, validation=False) -> 
     block = _steps_per_execution(model)
     if plan.kind != "multi_worker_mirrored" or block == 1:
         return
-    for checked, label in ((train, "the data"), (validation, "the validation data")):
-        batches = plan.batches(validation=label != "the data") if checked else None
+    for checked, of_validation, label in ((train, False, "the data"),
+                                          (validation, True, "the validation data")):
+        batches = plan.batches(validation=of_validation) if checked else None
         if batches is not None and batches < block:
             raise TrainingError(
                 f"{plan.what}(): steps_per_execution={block} is more than the {batches} "
