@@ -4,6 +4,7 @@ Each check runs in a fresh Python process: the allocator is chosen once per proc
 TensorFlow first allocates memory.
 """
 
+import inspect
 import json
 import os
 import subprocess
@@ -15,15 +16,29 @@ import pytest
 import tfdistributed as tfd
 from tfdistributed import _runtime
 
+
+def _pooled() -> bool:
+    """Whether TensorFlow's pooling (BFC) allocator serves this process's tensors: it counts a
+    one-element tensor as one chunk of at least 256 bytes, where the default allocator keeps no
+    statistics or does not count it. Its source also runs in the probe and the task script."""
+    import tensorflow as tf
+
+    tf.ones([8])
+    try:
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    except ValueError:  # the default allocator keeps no statistics
+        return False
+    x = tf.random.uniform([1])  # noqa: F841  (alive while counted)
+    return tf.config.experimental.get_memory_info("CPU:0")["current"] - before >= 256
+
+
 # Run in a fresh process after an optional tf.data GeneratorDataset (``from_generator``, and the
 # multi-device iterator behind every tf.distribute input, build one):
 #   raw:     bytes glibc maps anew for each of 4 malloc'd blocks of 31 MiB, made and freed in
 #            turn (above any threshold TensorFlow's start-up leaves, below glibc's 32 MiB
 #            ceiling for its adaptive threshold, so only a frozen threshold maps them every time);
 #   mmapped: the same for 4 MiB tensors;
-#   pooled:  whether TensorFlow's pooling (BFC) allocator serves tensors: it counts a
-#            one-element tensor as one chunk of at least 256 bytes, where the default allocator
-#            keeps no statistics or does not count it.
+#   pooled:  ``_pooled()``.
 MMAP_PROBE = """
 import ctypes, json, os, sys
 class MallInfo2(ctypes.Structure):
@@ -40,31 +55,17 @@ if sys.argv[2] == "generator":
     list(tf.data.Dataset.from_generator(lambda: iter([1]),
                                         output_signature=tf.TensorSpec([], tf.int32)))
 
-def mapped_anew(make):
+def mapped_anew(make, free=lambda block: None):
     before = libc.mallinfo2().hblkhd
     block = make()
     grown = libc.mallinfo2().hblkhd - before
-    del block
+    free(block)
     return grown
 
-def pooled():
-    tf.ones([8])
-    try:
-        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    except ValueError:  # the default allocator keeps no statistics
-        return False
-    x = tf.random.uniform([1])
-    return tf.config.experimental.get_memory_info("CPU:0")["current"] - before >= 256
-
-raw = []
-for _ in range(4):
-    before = libc.mallinfo2().hblkhd
-    block = libc.malloc(31 << 20)
-    raw.append(libc.mallinfo2().hblkhd - before)
-    libc.free(block)
-print(json.dumps({"raw": raw,
+""" + inspect.getsource(_pooled) + """
+print(json.dumps({"raw": [mapped_anew(lambda: libc.malloc(31 << 20), libc.free) for _ in range(4)],
                   "mmapped": [mapped_anew(lambda: tf.random.uniform([1 << 20])) for _ in range(4)],
-                  "env": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"), "pooled": pooled()}))
+                  "env": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"), "pooled": _pooled()}))
 """
 
 
@@ -120,19 +121,6 @@ def test_the_pool_limit_is_never_below_tensorflows_or_the_machines(monkeypatch):
     assert env == {"TF_CPU_ALLOCATOR_USE_BFC": "0"}
 
 
-def _pooled() -> bool:
-    # As in the probe above: the pooling allocator counts a one-element tensor as a 256-byte chunk.
-    import tensorflow as tf
-
-    tf.ones([8])
-    try:
-        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    except ValueError:
-        return False
-    x = tf.random.uniform([1])  # noqa: F841  (alive while counted)
-    return tf.config.experimental.get_memory_info("CPU:0")["current"] - before >= 256
-
-
 def _allocator_in_task():
     import os
 
@@ -143,14 +131,8 @@ def _allocator_in_task():
 def test_launched_tasks_get_the_pooling_allocator_unless_env_says_otherwise(tmp_path):
     script = tmp_path / "task.py"
     # A script that imports TensorFlow and never tfdistributed still gets it from launch().
-    script.write_text(textwrap.dedent("""
-        import os
-        import tensorflow as tf
-        tf.ones([8])
-        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-        x = tf.random.uniform([1])
-        grown = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
-        print("pooled" if grown >= 256 else "default", os.environ["TF_CPU_ALLOCATOR_USE_BFC"])
+    script.write_text("import os\n" + inspect.getsource(_pooled) + textwrap.dedent("""
+        print("pooled" if _pooled() else "default", os.environ["TF_CPU_ALLOCATOR_USE_BFC"])
     """))
     result = tfd.launch(str(script), workers=1, timeout=120, echo=False)
     assert result.tasks[0].output[-1] == "pooled true"
