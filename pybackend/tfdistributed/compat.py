@@ -70,6 +70,19 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     a single device makes from the same global batch (each replica's share is clipped on its
     own). The sum over replicas is taken first here, then clipped, as on one device.
 
+``logs_with_gradients``
+    Not a defect but a cost: under multi-worker collectives a Keras train step makes two
+    all-reduces, one of the gradients and then one of its logs (loss and metric values), and
+    each is a round trip between the workers that the step waits for (the second is 8 bytes,
+    yet it cost 10-13% of the small bench CNN's step on 2 workers). Keras' own ``train_step``
+    updates the weights and then computes the metrics from the forward pass's predictions;
+    the metrics read nothing the update writes, so here they are computed first and their
+    scalars travel in the gradients' all-reduce: one collective per step. Same values bit for
+    bit (tested); only for Keras' own ``train_step`` and ``compute_metrics`` (a model that
+    overrides either keeps Keras' order), and a metric that reads the model's weights would
+    see them before the step's update. Requires ``uneven_batches`` (whose all-reduce carries
+    them) and ``reduce_per_replica`` (which then skips them).
+
 ``multi_worker_steps_per_execution``
     Keras runs ``steps_per_execution`` > 1 as a ``tf.while_loop`` that reads each batch as an
     optional and calls the step inside a ``tf.cond``; under multi-worker collectives TensorFlow
@@ -79,10 +92,10 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     ``get_next`` (where the data ends inside a block, the steps before have run and Keras ends
     the epoch, as it does on one device), every op of a step waiting for that step's batch, and
     the step's outputs (loss, metrics) are averaged over the workers once, after the block's
-    last step: one all-reduce of the logs per block instead of one per step. A last, shorter
-    block is in the epoch's results but gets no batch-end callback (one device gives it one). An
-    input with fewer batches than one block ends before Keras has any logs; that is refused
-    with the fix.
+    last step (with ``logs_with_gradients`` on, each step's logs already travel in its
+    gradients' all-reduce and the block adds none). A last, shorter block is in the epoch's
+    results but gets no batch-end callback (one device gives it one). An input with fewer
+    batches than one block ends before Keras has any logs; that is refused with the fix.
 
 ``strategy_aware_fit``
     ``Model.fit``/``evaluate``/``predict`` know nothing of parameter-server strategies
@@ -111,7 +124,8 @@ _applied: dict[str, bool] = {}
 # Order matters: clip_after_all_reduce wraps the all-reduce that uneven_batches weights.
 REPAIRS = ("symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
            "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
-           "clip_after_all_reduce", "multi_worker_steps_per_execution", "strategy_aware_fit")
+           "clip_after_all_reduce", "logs_with_gradients", "multi_worker_steps_per_execution",
+           "strategy_aware_fit")
 
 
 def _disabled() -> set[str]:
@@ -180,6 +194,10 @@ def defect_present(name: str) -> bool:
         clip_first = _source(TFOptimizer._backend_apply_gradients).find("_clip_gradients")
         reduce_later = "_all_reduce_sum_gradients" in _source(TFOptimizer._backend_update_step)
         return clip_first >= 0 and reduce_later
+    if name == "logs_with_gradients":
+        source = _source(trainer.TensorFlowTrainer.train_step)
+        update, metrics = source.find(".apply_gradients("), source.find(".compute_metrics(")
+        return 0 <= update < metrics
     if name == "multi_worker_steps_per_execution":
         source = _source(trainer.TensorFlowTrainer._make_function)
         return "tf.while_loop" in source and "get_next_as_optional" in source
@@ -239,8 +257,15 @@ def _mean_over_workers_packed(tree, values, strategy):
     import tensorflow as tf
 
     flat = tree.flatten(values)
-    scalar = [i for i, v in enumerate(flat) if _packable(v)]
-    reduced = {i: _mean_over_workers(v, strategy) for i, v in enumerate(flat) if i not in scalar}
+    reduced = {}
+    for i, v in enumerate(flat):
+        done = _already_reduced(v)
+        if done is not None:
+            reduced[i] = done
+    _forget_reduced_logs({value.graph for value in reduced.values()})
+    scalar = [i for i, v in enumerate(flat) if i not in reduced and _packable(v)]
+    reduced.update({i: _mean_over_workers(v, strategy) for i, v in enumerate(flat)
+                    if i not in scalar and i not in reduced})
     if len(scalar) == 1:
         reduced[scalar[0]] = _mean_over_workers(flat[scalar[0]], strategy)
     elif scalar:
@@ -377,6 +402,8 @@ def _patch_uneven_batches(trainer) -> None:
         previous = getattr(_local_batch, "size", None)
         _local_batch.size = None if first is None else tf.shape(first)[0]
         try:
+            if _logs_can_ride(self, trainer):
+                return _train_step_logs_riding(self, data, train_step)
             return train_step(self, data)
         finally:
             _local_batch.size = previous
@@ -390,18 +417,136 @@ def _patch_uneven_batches(trainer) -> None:
                 or self.gradient_accumulation_steps):
             return all_reduce(self, pairs)
         # Replica r's gradient is mean_r / R; the global mean's is sum_r n_r * mean_r / N.
-        local = tf.cast(size, tf.float32)
+        # One all-reduce packs its tensors into one buffer, so they must share a dtype: the
+        # example count takes the gradients' (exact for float32/64 counts below 2**24).
+        dtypes = {g.dtype.base_dtype for g in grads}
+        dtype = dtypes.pop() if len(dtypes) == 1 else None
+        if dtype not in (tf.float32, tf.float64):
+            return _weighted_sum_apart(context, pairs, grads, size)
+        local = tf.cast(size, dtype)
         weight = local * float(context.num_replicas_in_sync)
+        riders = _take_riders(dtype)
         reduced = context.all_reduce(tf.distribute.ReduceOp.SUM,
-                                     [_scaled(g, weight) for g in grads] + [local])
-        total = reduced[-1]
-        averaged = iter(_scaled(g, total, divide=True) for g in reduced[:-1])
+                                     [_scaled(g, weight) for g in grads] + [local]
+                                     + [v for _, v in riders])
+        if riders:  # the step's logs: their mean over the replicas, as reduce_per_replica's
+            _riding.reduced = {slot: r / float(context.num_replicas_in_sync)
+                               for (slot, _), r in zip(riders, reduced[len(grads) + 1:])}
+        total = reduced[len(grads)]
+        averaged = iter(_scaled(g, total, divide=True) for g in reduced[:len(grads)])
         return [(None if g is None else next(averaged), v) for g, v in pairs]
+
+    def _weighted_sum_apart(context, pairs, grads, size):
+        # Gradients of several dtypes, or of a 16-bit one (whose integers are exact only up to
+        # 256 or 2048): the example count goes in an all-reduce of its own, in float32.
+        local = tf.cast(size, tf.float32)
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+        share = local * float(context.num_replicas_in_sync) / total
+        reduced = iter(context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                          [_scaled(g, share) for g in grads]))
+        return [(None if g is None else next(reduced), v) for g, v in pairs]
 
     _train_step.__tfdistributed_original__ = train_step
     _all_reduce_sum_gradients.__tfdistributed_original__ = all_reduce
     trainer.TensorFlowTrainer.train_step = _train_step
     TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
+
+
+_riding = threading.local()  # the step's logs, while its gradient all-reduce is traced
+# While Keras' train step is traced in this (replica) thread: the optimizer whose
+# apply_gradients calls are held back, and those calls. Per thread, since a worker with several
+# devices traces one replica per thread at once.
+_deferring = threading.local()
+# Log tensors a train step already averaged over the workers, by (graph, name): the step is
+# traced in the replica's thread, reduce_per_replica in the caller's, with new Tensor objects.
+_reduced_logs: dict = {}
+
+
+def _logs_can_ride(model, trainer) -> bool:
+    """Whether this train step's logs can travel in its gradient all-reduce.
+
+    Only Keras' own ``train_step`` and ``compute_metrics`` (which read nothing the update
+    writes) under multi-worker collectives, where the logs would otherwise cost an all-reduce
+    of their own in every step, and only while ``reduce_per_replica`` (which must then skip
+    them) is ours.
+    """
+    stock = trainer.TensorFlowTrainer
+    return (_applied.get("logs_with_gradients", False) and _applied.get("reduce_per_replica", False)
+            and _original(type(model).train_step) is _original(stock.train_step)
+            and _original(type(model).compute_metrics) is _original(stock.compute_metrics)
+            and model.optimizer is not None and not model.optimizer.gradient_accumulation_steps
+            and trainer._collective_all_reduce_multi_worker(model.distribute_strategy))
+
+
+def _train_step_logs_riding(model, data, train_step):
+    """Keras' train step with the update after the metrics, the logs in the update's all-reduce.
+
+    Keras updates the weights, then computes the metrics from the forward pass's predictions;
+    the metrics read nothing the update writes, so computing them first gives the same values.
+    Their scalars then go in the gradients' all-reduce: one collective per step, not two.
+    """
+    import tensorflow as tf
+    from keras.src import tree
+
+    optimizer = model.optimizer
+    deferred = []
+    previous = getattr(_deferring, "calls", None), getattr(_deferring, "optimizer", None)
+    _deferring.calls, _deferring.optimizer = deferred, optimizer
+    try:
+        logs = train_step(model, data)
+    finally:
+        _deferring.calls, _deferring.optimizer = previous
+    if len(deferred) != 1:  # no trainable weights: nothing to ride
+        for grads_and_vars in deferred:
+            optimizer.apply_gradients(grads_and_vars)
+        return logs
+    flat = tree.flatten(logs)
+    slots = [i for i, v in enumerate(flat) if _packable(v)]
+    _riding.values = [flat[i] for i in slots]
+    _riding.graph = tf.compat.v1.get_default_graph()
+    _riding.reduced = None
+    try:
+        optimizer.apply_gradients(deferred[0])
+        reduced = _riding.reduced
+    finally:
+        _riding.values = _riding.reduced = _riding.graph = None
+    if not reduced:
+        return logs
+    with _lock:
+        for position, value in reduced.items():
+            flat[slots[position]] = value
+            _reduced_logs[(id(value.graph), value.name)] = value  # holds the graph: no id reuse
+    return tree.pack_sequence_as(logs, flat)
+
+
+def _take_riders(dtype) -> list:
+    """``[(position, log value)]`` of the logs that can ride in this all-reduce: traced in its
+    graph (not, say, inside a ``tf.cond`` branch of a loss-scaling optimizer), of its dtype."""
+    import tensorflow as tf
+
+    values = getattr(_riding, "values", None)
+    if not values or _riding.graph is not tf.compat.v1.get_default_graph():
+        return []
+    _riding.values = None  # taken once: clip_after_all_reduce may call the all-reduce again
+    return [(i, v) for i, v in enumerate(values) if _dtype(v) == dtype]
+
+
+def _already_reduced(value):
+    """``value`` itself if a train step already averaged it over the workers, else None."""
+    import tensorflow as tf
+
+    parts = value.values if isinstance(value, tf.distribute.DistributedValues) else (value,)
+    with _lock:
+        if parts and all(isinstance(p, tf.Tensor) and not isinstance(p, tf.__internal__.EagerTensor)
+                         and (id(p.graph), p.name) in _reduced_logs for p in parts):
+            return parts[0]
+    return None
+
+
+def _forget_reduced_logs(graphs) -> None:
+    with _lock:
+        for key in [k for k, t in _reduced_logs.items() if t.graph in graphs]:
+            del _reduced_logs[key]
 
 
 def _scaled(gradient, factor, divide=False):
@@ -447,6 +592,23 @@ def update_shards_directly(optimizer) -> None:
 
 def _patch_sharded_variable_updates(trainer) -> None:
     """Nothing global: :func:`update_shards_directly` patches one optimizer when asked."""
+
+
+def _patch_logs_with_gradients(trainer) -> None:
+    """``apply_gradients`` can be held back while a train step is traced (the train step that
+    ``uneven_batches`` wraps decides when)."""
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+    apply_gradients = BaseOptimizer.apply_gradients
+
+    def _apply_gradients(self, grads_and_vars):
+        if getattr(_deferring, "optimizer", None) is self:
+            _deferring.calls.append(list(grads_and_vars))
+            return self._iterations  # as Keras returns
+        return apply_gradients(self, grads_and_vars)
+
+    _apply_gradients.__tfdistributed_original__ = apply_gradients
+    BaseOptimizer.apply_gradients = _apply_gradients
 
 
 def _patch_clip_after_all_reduce(trainer) -> None:
@@ -620,6 +782,7 @@ _PATCHERS = {"symbolic_build": _patch_symbolic_build,
              "uneven_batches": _patch_uneven_batches,
              "sharded_variable_updates": _patch_sharded_variable_updates,
              "clip_after_all_reduce": _patch_clip_after_all_reduce,
+             "logs_with_gradients": _patch_logs_with_gradients,
              "multi_worker_steps_per_execution": _patch_multi_worker_steps_per_execution,
              "strategy_aware_fit": _patch_strategy_aware_fit}
 

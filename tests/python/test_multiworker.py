@@ -188,3 +188,102 @@ def test_steps_per_execution_fails_without_the_repair(tmp_path):
                 env={"TFDISTRIBUTED_DISABLE_COMPAT": "multi_worker_steps_per_execution"})
     output = "\n".join(line for t in info.value.results for line in t.output)
     assert "You must feed a value for placeholder tensor" in output
+
+
+def _step_collectives(report):
+    """Collectives built per traced step function (train and test), by graph."""
+    counts = {}
+    for c in report["collectives"]:
+        if c["graph"].startswith(("multi_step_on_iterator", "one_step_on_data")):
+            counts[c["graph_id"]] = counts.get(c["graph_id"], 0) + 1
+    return sorted(counts.values())
+
+
+@pytest.fixture(scope="module")
+def busy_jobs(tmp_path_factory):
+    """The busy model (convolutions, batch norm, dropout, L2, clipped Adam with a schedule,
+    3 metrics) with validation_split, on 2 workers: logs in the gradients' all-reduce, and
+    apart (the repair off)."""
+    out = {}
+    for name, env in (("riding", None),
+                      ("apart", {"TFDISTRIBUTED_DISABLE_COMPAT": "logs_with_gradients"})):
+        outdir = tmp_path_factory.mktemp(name)
+        result = run_job(outdir, "--model", "busy", "--epochs", "2", "--examples", "1000",
+                         "--validation-split", "0.2", env=env)
+        assert [t.returncode for t in result.tasks] == [0, 0]
+        out[name] = read_outputs(outdir)
+    return out
+
+
+def test_logs_ride_with_the_gradients_one_collective_per_step(busy_jobs):
+    # Apart, a train step makes two all-reduces (gradients, then loss and metrics); riding,
+    # every step function (train and validation) makes exactly one.
+    for report in busy_jobs["riding"].values():
+        counts = _step_collectives(report)  # train, validation, evaluate()
+        assert len(counts) >= 3 and set(counts) == {1}
+        train = [c for c in report["collectives"] if c["elements"] > 1000]
+        assert len(train) == 1 and train[0]["dtype"] == "float32"
+    for report in busy_jobs["apart"].values():
+        assert max(_step_collectives(report)) == 2
+
+
+def test_logs_riding_with_the_gradients_change_no_number(busy_jobs):
+    # Same history (loss, 3 metrics, validation), evaluate() and weights bit for bit, on both
+    # workers: only where the logs travel changed.
+    riding, apart = busy_jobs["riding"], busy_jobs["apart"]
+    assert sorted(riding) == sorted(apart) == ["worker-0", "worker-1"]
+    for task in riding:
+        assert set(riding[task]["history"]) == {
+            f"{p}{k}" for p in ("", "val_") for k in ("loss", "accuracy", "top3", "xent")}
+        assert riding[task]["history"] == apart[task]["history"]
+        assert riding[task]["metrics"] == apart[task]["metrics"]
+        assert riding[task]["steps"] == apart[task]["steps"] == 2 * -(-800 // 64)
+        for a, b in zip(riding[task]["weights"], apart[task]["weights"]):
+            np.testing.assert_array_equal(a, b)
+    # Across workers: every weight but plain BatchNormalization's moving statistics (weights 4
+    # and 5), which Keras keeps per worker (CONFORMANCE.md, row batchnorm).
+    weights = riding["worker-0"]["weights"], riding["worker-1"]["weights"]
+    for i, (a, b) in enumerate(zip(*weights)):
+        if i not in (4, 5):
+            np.testing.assert_array_equal(a, b)
+    assert riding["worker-0"]["history"]["val_accuracy"][-1] > 0.5
+
+
+def test_a_float64_model_trains_as_on_one_device(tmp_path):
+    # The example counts that weight each worker's gradients travel in their all-reduce, whose
+    # tensors must share one dtype: they take the gradients' (float32 counts beside float64
+    # gradients failed in TensorFlow's concat).
+    import sys
+
+    import keras
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from models import digits_model
+
+    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345", "--floatx", "float64")
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    outputs = read_outputs(tmp_path)
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    # The workers call set_floatx() before any layer exists; in this process Keras has long
+    # fixed its global dtype policy (layers), which set_floatx() (metrics) no longer changes.
+    previous = keras.mixed_precision.dtype_policy(), keras.config.floatx()
+    keras.mixed_precision.set_dtype_policy("float64")
+    keras.config.set_floatx("float64")
+    try:
+        model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
+        history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False,
+                          verbose=0)
+        metrics = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
+        expected = model.get_weights()
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous[0])
+        keras.config.set_floatx(previous[1])
+    assert {w.dtype for w in expected} == {np.dtype("float64")}
+    for report in outputs.values():
+        assert {c["dtype"] for c in report["collectives"] if c["elements"] > 1000} == {"float64"}
+        for key in ("loss", "accuracy"):
+            np.testing.assert_allclose(report["history"][key], history.history[key], rtol=1e-9)
+            np.testing.assert_allclose(report["metrics"][key], metrics[key], rtol=1e-9)
+        for got, want in zip(report["weights"], expected):
+            assert got.dtype == np.float64
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)

@@ -2,7 +2,8 @@
 
 usage: mwms_digits.py OUTDIR [--epochs N] [--source arrays|tfds] [--data-dir D] [--policy P]
                       [--save MODEL.keras] [--backup DIR [--kill-at EPOCH]] [--examples N]
-                      [--steps-per-execution K] [--keras-fit]
+                      [--steps-per-execution K] [--keras-fit] [--model digits|busy]
+                      [--validation-split F] [--floatx DTYPE]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history and test metrics).
 --kill-at E: worker 1 SIGKILLs itself when epoch E (0-based) begins, once the chief's backup
 of the previous epoch is on disk (a machine failure at a known point).
@@ -28,6 +29,9 @@ parser.add_argument("--kill-at", type=int)
 parser.add_argument("--examples", type=int, help="train on the first N examples only")
 parser.add_argument("--steps-per-execution", type=int, default=1)
 parser.add_argument("--keras-fit", action="store_true", help="plain model.fit on the arrays")
+parser.add_argument("--model", choices=("digits", "busy"), default="digits")
+parser.add_argument("--validation-split", type=float, default=0.0)
+parser.add_argument("--floatx", help="keras.config.set_floatx() before the model is built")
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
@@ -35,9 +39,29 @@ strategy = tfd.make_strategy("auto")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import digits_model  # noqa: E402  (tests/python/models.py)
+from models import busy_digits_model, digits_model  # noqa: E402  (tests/python/models.py)
+from tensorflow.python.ops import collective_ops  # noqa: E402
 
-model = digits_model(strategy, seed=1, learning_rate=0.01)
+# Every all-reduce TensorFlow builds, by the graph (step function) it is built in.
+collectives = []
+_all_reduce_v2 = collective_ops.all_reduce_v2
+
+
+def _recording(t, *args, **kwargs):
+    out = _all_reduce_v2(t, *args, **kwargs)
+    graph = getattr(out, "graph", None)
+    collectives.append({"graph": getattr(graph, "name", "eager"), "graph_id": id(graph),
+                        "elements": int(t.shape.num_elements() or 0), "dtype": t.dtype.name})
+    return out
+
+
+collective_ops.all_reduce_v2 = _recording
+if ns.floatx:
+    keras.config.set_floatx(ns.floatx)
+if ns.model == "busy":
+    model = busy_digits_model(strategy, seed=1)
+else:
+    model = digits_model(strategy, seed=1, learning_rate=0.01)
 if ns.steps_per_execution > 1:
     with strategy.scope():  # Keras makes its loss tracker here: a per-worker one outside the scope
         model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
@@ -78,7 +102,8 @@ else:
     (x, y), (xt, yt) = tfd.digits_arrays()
     x, y = x[:ns.examples], y[:ns.examples]
     history = tfd.fit(model, x, y, epochs=ns.epochs, batch_size=ns.batch, shuffle=False, verbose=2,
-                      backup_dir=ns.backup, callbacks=callbacks)
+                      backup_dir=ns.backup, callbacks=callbacks,
+                      validation_split=ns.validation_split or None)
 (_, _), (xt, yt) = tfd.digits_arrays()
 metrics = tfd.evaluate(model, xt, yt, batch_size=ns.batch, verbose=0)
 
@@ -90,5 +115,6 @@ np.savez(os.path.join(ns.outdir, name + ".npz"), *[w.numpy() if hasattr(w, "nump
                                                    for w in model.get_weights()])
 with open(os.path.join(ns.outdir, name + ".json"), "w") as f:
     json.dump({"history": history.history, "epochs": history.epoch, "metrics": metrics,
-               "info": info, "steps": int(model.optimizer.iterations.numpy())}, f)
+               "info": info, "steps": int(model.optimizer.iterations.numpy()),
+               "collectives": collectives}, f)
 print(f"done: {metrics}", flush=True)
