@@ -83,6 +83,14 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     see them before the step's update. Requires ``uneven_batches`` (whose all-reduce carries
     them) and ``reduce_per_replica`` (which then skips them).
 
+``assign_without_read``
+    Another cost: Keras assigns a variable with TensorFlow's ``assign``, which reads the
+    variable back by default, and ignores what it read. A metric's variables are
+    sync-on-read under ``tf.distribute``: read outside a step, on several workers, each is an
+    all-reduce run eagerly (about 4.5 ms each here). ``reset_metrics()``, at every epoch's
+    start and in ``evaluate()``, paid one per metric variable (19 ms per epoch for a loss and
+    an accuracy). Such assignments are made without the read-back.
+
 ``multi_worker_steps_per_execution``
     Keras runs ``steps_per_execution`` > 1 as a ``tf.while_loop`` that reads each batch as an
     optional and calls the step inside a ``tf.cond``; under multi-worker collectives TensorFlow
@@ -124,8 +132,8 @@ _applied: dict[str, bool] = {}
 # Order matters: clip_after_all_reduce wraps the all-reduce that uneven_batches weights.
 REPAIRS = ("symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
            "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
-           "clip_after_all_reduce", "logs_with_gradients", "multi_worker_steps_per_execution",
-           "strategy_aware_fit")
+           "clip_after_all_reduce", "logs_with_gradients", "assign_without_read",
+           "multi_worker_steps_per_execution", "strategy_aware_fit")
 
 
 def _disabled() -> set[str]:
@@ -198,6 +206,10 @@ def defect_present(name: str) -> bool:
         source = _source(trainer.TensorFlowTrainer.train_step)
         update, metrics = source.find(".apply_gradients("), source.find(".compute_metrics(")
         return 0 <= update < metrics
+    if name == "assign_without_read":
+        from keras.src.backend.tensorflow.core import Variable
+
+        return "read_value" not in _source(Variable._direct_assign)
     if name == "multi_worker_steps_per_execution":
         source = _source(trainer.TensorFlowTrainer._make_function)
         return "tf.while_loop" in source and "get_next_as_optional" in source
@@ -643,6 +655,24 @@ def _patch_clip_after_all_reduce(trainer) -> None:
     TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
 
 
+def _patch_assign_without_read(trainer) -> None:
+    import tensorflow as tf
+    from keras.src.backend.tensorflow.core import Variable
+    from tensorflow.python.distribute import values
+
+    previous = Variable._direct_assign  # central_storage_metric_assign's, if applied
+
+    def _direct_assign(self, value):
+        inner = self._value
+        if isinstance(inner, values.SyncOnReadVariable):
+            inner.assign(tf.cast(value, inner.dtype), read_value=False)
+            return
+        previous(self, value)
+
+    _direct_assign.__tfdistributed_original__ = _original(previous)
+    Variable._direct_assign = _direct_assign
+
+
 def _patch_multi_worker_steps_per_execution(trainer) -> None:
     original = trainer.TensorFlowTrainer._make_function
 
@@ -783,6 +813,7 @@ _PATCHERS = {"symbolic_build": _patch_symbolic_build,
              "sharded_variable_updates": _patch_sharded_variable_updates,
              "clip_after_all_reduce": _patch_clip_after_all_reduce,
              "logs_with_gradients": _patch_logs_with_gradients,
+             "assign_without_read": _patch_assign_without_read,
              "multi_worker_steps_per_execution": _patch_multi_worker_steps_per_execution,
              "strategy_aware_fit": _patch_strategy_aware_fit}
 

@@ -202,11 +202,13 @@ def _step_collectives(report):
 @pytest.fixture(scope="module")
 def busy_jobs(tmp_path_factory):
     """The busy model (convolutions, batch norm, dropout, L2, clipped Adam with a schedule,
-    3 metrics) with validation_split, on 2 workers: logs in the gradients' all-reduce, and
-    apart (the repair off)."""
+    3 metrics) with validation_split, on 2 workers: with every repair; with the logs apart from
+    the gradients (logs_with_gradients off); with Keras' read-back assignments
+    (assign_without_read off)."""
     out = {}
     for name, env in (("riding", None),
-                      ("apart", {"TFDISTRIBUTED_DISABLE_COMPAT": "logs_with_gradients"})):
+                      ("apart", {"TFDISTRIBUTED_DISABLE_COMPAT": "logs_with_gradients"}),
+                      ("read_back", {"TFDISTRIBUTED_DISABLE_COMPAT": "assign_without_read"})):
         outdir = tmp_path_factory.mktemp(name)
         result = run_job(outdir, "--model", "busy", "--epochs", "2", "--examples", "1000",
                          "--validation-split", "0.2", env=env)
@@ -287,3 +289,20 @@ def test_a_float64_model_trains_as_on_one_device(tmp_path):
         for got, want in zip(report["weights"], expected):
             assert got.dtype == np.float64
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_metric_resets_make_no_all_reduce(busy_jobs):
+    # reset_metrics() (every epoch, and evaluate()) assigned each metric variable and read it
+    # back: on several workers an eager all-reduce per variable, for a value Keras ignores.
+    def eager(report):
+        return sum(c["graph"] == "eager" for c in report["collectives"])
+
+    for task in busy_jobs["riding"]:
+        without, read_back = busy_jobs["riding"][task], busy_jobs["read_back"][task]
+        # 4 metrics (loss, accuracy, top3, xent) x 2 variables, reset in 2 epochs, for
+        # validation and for evaluate() at least: 32 or more all-reduces saved.
+        assert eager(read_back) - eager(without) >= 32
+        assert without["history"] == read_back["history"]
+        assert without["metrics"] == read_back["metrics"]
+        for a, b in zip(without["weights"], read_back["weights"]):
+            np.testing.assert_array_equal(a, b)
