@@ -4,11 +4,13 @@
 
 Launches 2 workers pinned as the benchmarks pin them (one core, one TensorFlow thread each,
 ``bench/pinning.py``), with no model: each runs, in one ``tf.function`` per step as Keras does,
-the collectives of a step of the bench CNN: one all-reduce of the gradients (139,308 bytes of
-float32) and one of the logs (2 values), ``--steps`` times, and prints the median time per step.
-A second pass adds a block of compute (a matrix product on the same core, about as long as the
-CNN's step) before the collectives, so the workers also arrive at them as unevenly as real steps.
-Whatever those take is synchronisation no change to Keras or to tfdistributed can remove.
+the collectives of a step of the bench CNN, ``--steps`` times, and prints the median time per
+step. Two shapes of step: Keras' own, one all-reduce of the gradients (139,308 bytes of float32)
+and then one of the logs (2 values); and tfdistributed's since ``logs_with_gradients``, the logs
+in the gradients' all-reduce. A second pass of each adds a block of compute (a matrix product on
+the same core, about as long as the CNN's step) before the collectives, so the workers also
+arrive at them as unevenly as real steps. Whatever those take is synchronisation no change to
+Keras or to tfdistributed can remove.
 """
 
 from __future__ import annotations
@@ -34,26 +36,32 @@ def worker(nbytes: int, steps: int, matmul: int) -> None:
     logs = tf.ones([2], tf.float32)
     a = tf.random.stateless_uniform([matmul, matmul], seed=[1, 2])
 
-    def replica(g, m, compute):
+    def replica(g, m, compute, together):
         if compute:
             g = g + tf.reduce_sum(tf.matmul(a, a)) * 0.0
         ctx = tf.distribute.get_replica_context()
+        if together:  # one all-reduce: the logs packed with the gradients
+            g, m = ctx.all_reduce("sum", [g, m])
+            return g[0] + m[0] / 2.0
         g = ctx.all_reduce("sum", g)
         with tf.control_dependencies([g]):
             return g[0] + ctx.all_reduce("mean", m)[0]
 
     out = {}
-    for compute in (False, True):
-        step = tf.function(lambda: strategy.run(replica, args=(grads, logs, compute)))
-        for _ in range(20):
-            step()
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            float(step())  # the host waits for the step's result, as Keras reads its logs
-            times.append(time.perf_counter() - t0)
-        out["with compute" if compute else "collectives only"] = \
-            float(np.median(times)) * 1000
+    for together in (False, True):
+        for compute in (False, True):
+            step = tf.function(lambda: strategy.run(replica, args=(grads, logs, compute,
+                                                                   together)))
+            for _ in range(20):
+                step()
+            times = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                float(step())  # the host waits for the step's result, as Keras reads its logs
+                times.append(time.perf_counter() - t0)
+            shape = "1 all-reduce" if together else "2 all-reduces"
+            out[f"{shape}, " + ("with compute" if compute else "collectives only")] = \
+                float(np.median(times)) * 1000
     compute_alone = tf.function(lambda: tf.reduce_sum(tf.matmul(a, a)))
     for _ in range(20):
         compute_alone()
