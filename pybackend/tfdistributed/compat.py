@@ -480,10 +480,13 @@ def _logs_can_ride(model, trainer) -> bool:
     Only Keras' own ``train_step`` and ``compute_metrics`` (which read nothing the update
     writes) under multi-worker collectives, where the logs would otherwise cost an all-reduce
     of their own in every step, and only while ``reduce_per_replica`` (which must then skip
-    them) is ours.
+    them) is ours. Not under XLA (``jit_compile``, Keras' default where there is a GPU): the
+    step is then traced in a graph of its own, whose outputs ``reduce_per_replica`` cannot
+    recognise, and this machine has no GPU to test it on.
     """
     stock = trainer.TensorFlowTrainer
     return (_applied.get("logs_with_gradients", False) and _applied.get("reduce_per_replica", False)
+            and not model.jit_compile
             and _original(type(model).train_step) is _original(stock.train_step)
             and _original(type(model).compute_metrics) is _original(stock.compute_metrics)
             and model.optimizer is not None and not model.optimizer.gradient_accumulation_steps
