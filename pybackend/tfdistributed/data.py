@@ -363,15 +363,16 @@ def class_weight_to_sample_weight(y, class_weight, sample_weight=None):
 
     Args:
         y: integer targets (``(n,)`` or ``(n, 1)``) or one-hot targets (``(n, classes)``).
-        class_weight: ``{class index: weight}`` with a weight for every class in ``y``.
+        class_weight: ``{class index: weight}``; a class it does not name weighs 1, as in
+            Keras' ``fit`` on arrays (so plain ``model.fit`` under a parameter-server strategy,
+            which comes here, takes the same ``class_weight`` as under any other).
         sample_weight: optional per-example weights to multiply in.
 
     Returns:
         A float32 array of one weight per example.
 
     Raises:
-        ArgumentTypeError: a class in ``y`` has no weight, or ``class_weight`` is not a mapping
-            of class indices to numbers.
+        ArgumentTypeError: ``class_weight`` is not a mapping of class indices to numbers.
 
     Example:
         >>> class_weight_to_sample_weight(np.array([0, 1, 1]), {0: 1.0, 1: 2.5})    # doctest: +SKIP
@@ -383,10 +384,7 @@ def class_weight_to_sample_weight(y, class_weight, sample_weight=None):
     labels = y.argmax(axis=-1) if y.ndim > 1 and y.shape[-1] > 1 else y.reshape(len(y), -1)[:, 0]
     try:
         lookup = {int(k): float(v) for k, v in dict(class_weight).items()}
-        weights = np.array([lookup[int(label)] for label in labels], dtype=np.float32)
-    except KeyError as e:
-        raise ArgumentTypeError(f"`class_weight` has no weight for class {e.args[0]}: give a "
-                                f"weight for every class index in `y`.") from None
+        weights = np.array([lookup.get(int(label), 1.0) for label in labels], dtype=np.float32)
     except (TypeError, ValueError):
         raise ArgumentTypeError("`class_weight` must map class indices to weights, e.g. "
                                 "{0: 1.0, 1: 2.5}.") from None

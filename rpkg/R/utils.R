@@ -100,14 +100,17 @@ as_number <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env())
 # Keras' verbose: "auto", or a level; TRUE/FALSE and whole doubles become integers. Which
 # levels exist is the backend's rule.
 as_verbose <- function(verbose, call = rlang::caller_env()) {
-  if (rlang::is_bool(verbose)) {
-    verbose <- as.integer(verbose)
-  } else if (is.numeric(verbose)) {
-    verbose <- as_integer(verbose, "verbose", call = call)
-  }
+  verbose <- verbose_level(verbose, call = call)
   # TODO(backend): fit()/evaluate() check `verbose` themselves; until then, the backend's check
   # is asked here.
   with_backend(backend()$`_args`$as_verbose(verbose), call = call)
+}
+
+verbose_level <- function(verbose, call = rlang::caller_env()) {
+  if (rlang::is_bool(verbose)) {
+    return(as.integer(verbose))
+  }
+  if (is.numeric(verbose)) as_integer(verbose, "verbose", call = call) else verbose
 }
 
 # A named R list or vector (names required: it becomes Python keyword arguments or a dict).
