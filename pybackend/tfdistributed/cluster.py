@@ -549,8 +549,23 @@ def _config(config):
 
 
 def num_workers(config=None) -> int:
-    """How many tasks run training steps: chief + workers (parameter-server clusters: the
-    workers; an evaluator runs alone: 1); 1 without a cluster."""
+    """How many tasks hold training replicas: the hosts a training step runs on.
+
+    - multi-worker clusters: chief + workers (the chief trains too; TensorFlow's
+      ``multi_worker_util.worker_count`` says the same);
+    - parameter-server clusters: the workers only. TensorFlow's ``worker_count`` counts the
+      chief there too, but the chief only coordinates: it runs no step and reads no data;
+    - the evaluator: 1 (it evaluates alone, outside the training cluster); no cluster: 1.
+
+    For a global batch, multiply the per-replica batch by ``strategy.num_replicas_in_sync``
+    (:func:`tfdistributed.global_batch_size`), which counts each host's devices too; under
+    ``parameter_server`` every step runs on one worker, so its global batch is one worker's.
+
+    Example:
+        >>> num_workers({"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
+        ...              "task": {"type": "chief", "index": 0}})
+        2
+    """
     config = _config(config)
     if not config or not config["cluster"] or config.get("task", {}).get("type") == "evaluator":
         return 1

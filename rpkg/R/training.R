@@ -11,9 +11,10 @@
 #' integers int32), data frames of numeric columns, factors as labels
 #' (0-based codes), and named lists of those for models with named inputs.
 #' Or pass a `tf.data.Dataset` yielding `(inputs, targets)` batches of the
-#' global batch size as `x`. Keras' own `model$fit()` works under every
-#' strategy too once the package is loaded (the Keras repairs are installed
-#' when Python starts).
+#' global batch size as `x`. Keras' own `model$fit()`, `model$evaluate()` and
+#' `model$predict()` work under every strategy too once the package is loaded
+#' (the Keras repairs are installed when Python starts), and take R values
+#' converted by the same rules as `fit_distributed()` (see [keras]).
 #'
 #' @param model A compiled Keras model, built inside `with(strategy$scope(), ...)`.
 #' @param x Inputs (see Details) or a `tf.data.Dataset`.
