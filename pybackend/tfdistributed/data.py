@@ -30,6 +30,7 @@ The demo data (scikit-learn's digits) lives in :mod:`tfdistributed.demo_data`.
 
 from __future__ import annotations
 
+import logging
 import numbers
 import os
 import re
@@ -40,6 +41,8 @@ from typing import Any, Callable
 from ._args import as_int, as_str
 from .errors import (ArgumentTypeError, ShardingError, TFDistributedError, TrainingError,
                      did_you_mean)
+
+_log = logging.getLogger(__name__)
 
 SHARD_POLICIES = ("auto", "file", "data", "off", "hint")
 #: Keras' default batch size, used when arrays come without one.
@@ -689,7 +692,17 @@ class InputPlan:
                 raise TrainingError(
                     f"{self.what}(): {self.num_examples} examples are fewer than one global batch "
                     f"of {self.global_batch}; use a smaller batch_size.")
-            return self.num_examples // self.global_batch
+            steps, left = divmod(self.num_examples, self.global_batch)
+            if left:
+                # Not an error (the examples are all read over the epochs), but the epochs are not
+                # one device's, so the history and weights differ: say so where users look.
+                _log.warning(
+                    "%s() under %r: an epoch is %d whole global batches of %d (%d of the %d "
+                    "examples); the input repeats, so the other %d begin the next epoch and epochs "
+                    "do not end where one device's do. For one device's epochs, use a batch_size "
+                    "that divides %d.", self.what, self.kind, steps, self.global_batch,
+                    steps * self.global_batch, self.num_examples, left, self.num_examples)
+            return steps
         if self.source == "dataset":
             cardinality = int(self.x.cardinality())
             if cardinality > 0:
