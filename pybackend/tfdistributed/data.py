@@ -235,7 +235,8 @@ def global_batch_size(per_replica, strategy=None) -> int:
         The global batch size, as ``fit(batch_size=...)`` and ``dataset.batch()`` want it.
 
     Raises:
-        ArgumentTypeError: ``per_replica`` is not a whole number >= 1.
+        ArgumentTypeError: ``per_replica`` is not a whole number >= 1, or ``strategy`` is not a
+            ``tf.distribute.Strategy``.
 
     Example:
         >>> global_batch_size(32, make_strategy("mirrored", num_cpu_devices=2))    # doctest: +SKIP
@@ -244,6 +245,11 @@ def global_batch_size(per_replica, strategy=None) -> int:
     import tensorflow as tf
 
     per_replica = as_int(per_replica, "per_replica", minimum=1)
+    if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
+        raise ArgumentTypeError(
+            f"`strategy` must be a tf.distribute.Strategy, got {type(strategy).__name__}: create "
+            f"one by name.", hints={"python": "E.g. make_strategy('mirrored').",
+                                    "r": 'E.g. distribute_strategy("mirrored").'})
     strategy = strategy or tf.distribute.get_strategy()
     return per_replica * int(strategy.num_replicas_in_sync)
 

@@ -73,12 +73,7 @@ check_sharding <- function(dataset, num_shards = num_workers(), policy = NULL) {
 #'   global_batch_size(32, distribute_strategy("default"))
 #' }
 global_batch_size <- function(per_replica, strategy = NULL) {
-  as.integer(with_backend({
-    # TODO(backend): global_batch_size() checks its strategy itself; until then, ask the
-    # backend's own check (strategy_kind) here.
-    if (!is.null(strategy)) backend()$strategy_kind(strategy)
-    backend()$global_batch_size(as_integer(per_replica), strategy)
-  }))
+  as.integer(with_backend(backend()$global_batch_size(as_integer(per_replica), strategy)))
 }
 
 #' R arrays as a batched, shardable `tf.data` dataset

@@ -24,7 +24,7 @@ keras_argument_converters <- function() {
       validation_split = function(value, arg, call) as_number(value, arg, call = call),
       class_weight = function(value, arg, call) class_weight_arg(value, call = call),
       callbacks = function(value, arg, call) callbacks_arg(value, call = call),
-      verbose = function(value, arg, call) verbose_level(value, call = call)
+      verbose = function(value, arg, call) as_verbose(value, call = call)
     )
   )
 }

@@ -100,13 +100,6 @@ as_number <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env())
 # Keras' verbose: "auto", or a level; TRUE/FALSE and whole doubles become integers. Which
 # levels exist is the backend's rule.
 as_verbose <- function(verbose, call = rlang::caller_env()) {
-  verbose <- verbose_level(verbose, call = call)
-  # TODO(backend): fit()/evaluate() check `verbose` themselves; until then, the backend's check
-  # is asked here.
-  with_backend(backend()$`_args`$as_verbose(verbose), call = call)
-}
-
-verbose_level <- function(verbose, call = rlang::caller_env()) {
   if (rlang::is_bool(verbose)) {
     return(as.integer(verbose))
   }
