@@ -4,11 +4,16 @@ Needs root and iproute2. Where the bed cannot be built the tests FAIL with the r
 that cannot test multi-host behaviour must not look green.
 """
 
+import json
 import os
+import socket
 import subprocess
 import sys
 
 import pytest
+
+import tfdistributed as tfd
+from tfdistributed.cluster import check_own_address, validate_tf_config
 
 sys.path.insert(0, os.path.dirname(__file__))
 import hosts  # noqa: E402  (tests/python/hosts.py)
@@ -105,3 +110,120 @@ def test_cli_up_then_down():
                               capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stderr
     assert hosts.namespaces(prefix) == []
+
+
+# --- clusters by address ---------------------------------------------------------------------
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "mwms_digits.py")
+TIMEOUT = 240
+
+
+def read_outputs(outdir):
+    import numpy as np
+
+    out = {}
+    for task in ("worker-0", "worker-1"):
+        with open(os.path.join(outdir, task + ".json")) as f:
+            out[task] = json.load(f)
+        with np.load(os.path.join(outdir, task + ".npz")) as weights:
+            out[task]["weights"] = [weights[f"arr_{i}"] for i in range(len(weights.files))]
+    return out
+
+
+def test_two_workers_at_their_host_addresses_train_identically(bed, tmp_path):
+    # Kubeflow / by-hand style: TF_CONFIG names each worker's host address, and each worker is
+    # started on its host (in its namespace); make_strategy("auto") reads it.
+    import numpy as np
+
+    cluster = bed.cluster(2)
+    assert cluster == {"worker": ["10.77.0.2:2222", "10.77.0.3:2222"]}
+    result = tfd.launch(SCRIPT, cluster=cluster, hosts=bed.launch_hosts(), timeout=TIMEOUT,
+                        args=[str(tmp_path), "--epochs", "2", "--examples", "640"], echo=False)
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    outputs = read_outputs(tmp_path)
+    for report in outputs.values():
+        assert report["info"]["kind"] == "multi_worker_mirrored"
+        assert report["info"]["num_workers"] == 2
+        assert report["steps"] == 2 * 10
+    assert len(outputs["worker-0"]["weights"]) == 4
+    for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
+        np.testing.assert_array_equal(a, b)
+    assert outputs["worker-0"]["metrics"] == outputs["worker-1"]["metrics"]
+
+
+def listening(host, port):
+    """Local addresses of the TCP sockets listening on ``port`` in ``host``'s namespace."""
+    shown = subprocess.run([*host.prefix, "ss", "-ltnH", f"sport = :{port}"], capture_output=True,
+                           text=True, timeout=20).stdout
+    return [line.split()[3] for line in shown.splitlines() if line.strip()]
+
+
+def test_a_task_server_listens_on_every_interface_of_its_host(bed):
+    # TensorFlow binds "0.0.0.0:PORT" whatever host TF_CONFIG names (grpc_server_lib.cc): only
+    # the namespace (or a firewall) keeps the port off other networks. If this fails,
+    # TensorFlow now binds the named address: update check_own_address()'s docstring and README.
+    h0, h1 = bed.hosts
+    config = {"cluster": {"worker": [f"{h0.address}:2300", f"{h1.address}:2300"]},
+              "task": {"type": "worker", "index": 0}}
+    server = subprocess.Popen([*h0.prefix, PYTHON, "-m", "tfdistributed", "server"],
+                              env=dict(os.environ, TF_CONFIG=json.dumps(config)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in server.stdout:
+            if "serving at" in line:
+                break
+        assert listening(h0, 2300) == ["*:2300"]
+        assert listening(h1, 2300) == []
+    finally:
+        server.kill()
+        server.wait(timeout=20)
+
+
+def test_a_task_at_an_address_its_host_lacks_fails_fast_with_the_fix(bed):
+    h0, h1 = bed.hosts
+    cluster = {"worker": ["10.77.0.9:2222", f"{h1.address}:2222"]}
+    with pytest.raises(tfd.LaunchError) as info:
+        tfd.launch(SCRIPT, cluster=cluster, hosts={"10.77.0.9": h0.prefix, h1.address: h1.prefix},
+                   args=["/nonexistent"], timeout=TIMEOUT, echo=False)
+    message = str(info.value)
+    assert "Task worker 0 exited" in message and "ClusterConfigError" in message
+    assert ('"10.77.0.9:2222" is this task\'s own address (worker 0), but 10.77.0.9 is not an '
+            'address of this machine, whose addresses are 10.77.0.2, 127.0.0.1') in message
+    assert "Start this task on the host that has 10.77.0.9" in message
+
+
+def test_launch_runs_only_on_the_hosts_it_is_given(bed):
+    cluster = bed.cluster(2)
+    with pytest.raises(tfd.ClusterConfigError, match='"10.77.0.3:2222" is not a loopback address'):
+        tfd.launch(SCRIPT, cluster=cluster, hosts={"10.77.0.2": bed.hosts[0].prefix})
+    with pytest.raises(tfd.ArgumentTypeError, match="pass the `cluster`"):
+        tfd.launch(SCRIPT, hosts=bed.launch_hosts())
+    with pytest.raises(tfd.ArgumentTypeError, match="command prefix"):
+        tfd.launch(SCRIPT, cluster=cluster, hosts={"10.77.0.2": "ip netns exec x"})
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:2222", "localhost:2222", "[::1]:2222"])
+def test_own_address_on_this_machine_passes(address):
+    check_own_address(validate_tf_config(
+        {"cluster": {"worker": [address, "10.77.0.3:2222"]}, "task": {"type": "worker", "index": 0}}))
+
+
+def test_own_host_name_and_tasks_without_an_address_pass():
+    name = socket.gethostname()
+    cluster = {"chief": [f"{name}:2222"], "worker": ["10.77.0.9:2222"], "ps": ["10.77.0.8:2222"]}
+    check_own_address(validate_tf_config({"cluster": cluster, "task": {"type": "chief", "index": 0}}))
+    # The coordinator of a cluster without a chief has no task, the evaluator no address.
+    del cluster["chief"]
+    check_own_address(validate_tf_config({"cluster": cluster}))
+    check_own_address(validate_tf_config({"cluster": cluster,
+                                          "task": {"type": "evaluator", "index": 0}}))
+
+
+def test_make_strategy_refuses_an_own_address_of_another_machine(monkeypatch):
+    # Refused before TensorFlow starts a server (which would otherwise wait for the others).
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["127.0.0.1:2222", "10.77.0.9:2222"]},
+         "task": {"type": "worker", "index": 1}}))
+    with pytest.raises(tfd.ClusterConfigError, match=r'TF_CONFIG\["cluster"\]\["worker"\]\[1\] = '
+                                                     r'"10.77.0.9:2222" is this task'):
+        tfd.make_strategy("auto")
