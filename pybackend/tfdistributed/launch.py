@@ -487,7 +487,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             them; a task at ``host:port`` runs as ``prefix + argv``, with its ``env``
             (``ip netns exec`` keeps it; a remote shell does not). Other non-loopback addresses
             stay refused. Each task checks that its address is its host's
-            (:func:`tfdistributed.cluster.check_own_address`).
+            (:func:`tfdistributed.cluster.check_own_address`). At the timeout, the list of
+            tasks that never joined cannot see sockets on other hosts: it names them all.
         show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
             :func:`tfdistributed.slurm.launch_slurm`) or ``"ray"`` (Ray actors:

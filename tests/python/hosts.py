@@ -14,7 +14,9 @@ Layout for ``HostBed(2, rate="1gbit")`` (``P`` is the bed's prefix, ``tfdh-<pid>
 Everything, the bridge included, lives inside namespaces this module creates: nothing gets an
 address in the machine's own namespace, and no traffic leaves the bed. Each veth is created
 straight into its namespaces, so deleting the namespaces deletes every link; :meth:`HostBed.down`
-does that on every exit path (the context manager, an ``atexit`` hook, the CLI's ``down``).
+does that on every exit path (the context manager, an ``atexit`` hook, SIGTERM made an exit
+that runs both, the CLI's ``down``); a bed left by a process killed with SIGKILL is deleted by
+the next :meth:`HostBed.up` on this machine (its prefix names a process that no longer exists).
 With a ``rate``, a ``tc tbf`` qdisc caps each link in both directions: on the host's ``eth0``
 (host to bridge) and on the bridge's port (bridge to host). ``netem`` is not available here, so
 latency is not emulated.
@@ -35,8 +37,10 @@ import atexit
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 
 #: Every name this module creates starts with this.
@@ -110,6 +114,23 @@ def delete_namespaces(prefix: str) -> None:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
 
 
+def delete_stale() -> None:
+    """Delete the beds of processes that no longer exist (killed before they could clean up)."""
+    import psutil
+
+    for name in namespaces(PREFIX):
+        pid = name[len(PREFIX):].split("-")[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            delete_namespaces(f"{PREFIX}{pid}-")
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM (``timeout``, a supervisor) an exit that runs ``finally`` and ``atexit``."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 class HostBed:
     """``n`` hosts joined by a bridge, each link optionally capped at ``rate`` both ways.
 
@@ -133,6 +154,8 @@ class HostBed:
     def up(self) -> "HostBed":
         """Build the bed; on any failure, delete what was built and raise :class:`HostBedError`."""
         check_can_build()
+        delete_stale()
+        _exit_on_sigterm()
         atexit.register(self.down)
         try:
             _ip("netns", "add", self.bridge)

@@ -97,6 +97,36 @@ def test_a_failed_build_leaves_nothing():
     assert hosts.namespaces(broken.prefix) == []
 
 
+BED_THEN_WAIT = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import hosts
+bed = hosts.HostBed(1).up()
+print(bed.prefix, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum", [15, 9])
+def test_a_killed_process_leaves_no_bed_behind(signum):
+    # SIGTERM: the bed's process deletes it on the way out. SIGKILL: the next bed built on this
+    # machine deletes it (its prefix names a process that no longer exists).
+    proc = subprocess.Popen([PYTHON, "-c", BED_THEN_WAIT, os.path.dirname(__file__)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        prefix = proc.stdout.readline().strip()
+        assert len(hosts.namespaces(prefix)) == 2
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) in (143, -9)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    if signum == 9:
+        assert len(hosts.namespaces(prefix)) == 2
+        build_bed(1).down()
+    assert hosts.namespaces(prefix) == []
+
+
 def test_cli_up_then_down():
     script = os.path.join(os.path.dirname(__file__), "hosts.py")
     up = subprocess.run([PYTHON, script, "up", "2"], capture_output=True, text=True, timeout=60)
