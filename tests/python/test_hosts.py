@@ -127,6 +127,17 @@ def test_a_killed_process_leaves_no_bed_behind(signum):
     assert hosts.namespaces(prefix) == []
 
 
+def test_without_root_or_iproute2_the_reason_is_given(monkeypatch):
+    # What the tests then fail with (build_bed): never a skip.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(hosts.HostBedError, match="need root"):
+        hosts.HostBed(2).up()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(hosts.shutil, "which", lambda tool: None if tool == "tc" else "/x")
+    with pytest.raises(hosts.HostBedError, match="tc not found: install Debian's iproute2"):
+        hosts.HostBed(2).up()
+
+
 def test_cli_up_then_down():
     script = os.path.join(os.path.dirname(__file__), "hosts.py")
     up = subprocess.run([PYTHON, script, "up", "2"], capture_output=True, text=True, timeout=60)
