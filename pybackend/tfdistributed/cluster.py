@@ -661,8 +661,9 @@ def local_addresses() -> set:
             if a.family in families}
 
 
-def _host_ips(host: str, field: str) -> list:
-    """The IP addresses ``host`` stands for: itself if it is one, else what it resolves to."""
+def _host_ips(host: str, field: str) -> list | None:
+    """The IP addresses ``host`` stands for: itself if it is one, else what it resolves to;
+    None for a name that does not resolve (yet)."""
     try:
         return [str(ipaddress.ip_address(host))]
     except ValueError:
@@ -670,10 +671,11 @@ def _host_ips(host: str, field: str) -> list:
     try:
         return sorted({info[4][0].split("%")[0] for info in socket.getaddrinfo(host, None)})
     except OSError as e:
-        raise ClusterConfigError(
-            f'{field}: the host name {host!r} does not resolve here ({e}), so the other '
-            f'tasks cannot reach it either. Write the IP address of this machine instead, or add the '
-            f'name to DNS or /etc/hosts on every machine.') from None
+        # Not refused: a scheduler's DNS may publish a task's name only once it runs (e.g. a
+        # Kubernetes headless service), and TensorFlow never resolves its own task's name.
+        _log.warning("%s: the host name %r does not resolve here (%s); if the job does not "
+                     "start, check that every task can resolve it.", field, host, e)
+        return None
 
 
 def check_own_address(config) -> None:
@@ -691,7 +693,8 @@ def check_own_address(config) -> None:
     here: keep the ports off untrusted networks with a firewall or a private network.
 
     Loopback addresses, this machine's host name, and names that resolve to one of its
-    addresses are accepted. Tasks not listed in the cluster (a coordinator, an evaluator outside
+    addresses are accepted; a name that does not resolve only logs a warning (DNS may publish
+    it late). Tasks not listed in the cluster (a coordinator, an evaluator outside
     it) have no own address and pass.
 
     Args:
@@ -711,7 +714,7 @@ def check_own_address(config) -> None:
     field = _field(["cluster", task["type"], task["index"]])
     local = local_addresses()
     ips = _host_ips(host, field)
-    if any(ip in local or ipaddress.ip_address(ip).is_loopback for ip in ips):
+    if ips is None or any(ip in local or ipaddress.ip_address(ip).is_loopback for ip in ips):
         return
     stands_for = "" if ips == [host] else f" ({', '.join(ips)})"
     raise ClusterConfigError(

@@ -268,3 +268,30 @@ def test_make_strategy_refuses_an_own_address_of_another_machine(monkeypatch):
     with pytest.raises(tfd.ClusterConfigError, match=r'TF_CONFIG\["cluster"\]\["worker"\]\[1\] = '
                                                      r'"10.77.0.9:2222" is this task'):
         tfd.make_strategy("auto")
+
+
+def fake_resolver(names):
+    """``socket.getaddrinfo`` answering from ``names`` only (no DNS traffic from the tests)."""
+    def getaddrinfo(host, *args, **kwargs):
+        if host not in names:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (names[host], 0))]
+
+    return getaddrinfo
+
+
+def test_host_names_are_checked_by_what_they_resolve_to(monkeypatch, caplog):
+    monkeypatch.setattr(socket, "getaddrinfo", fake_resolver(
+        {"here.example": "127.0.1.1", "there.example": "10.77.0.9"}))
+
+    def own(host):
+        return validate_tf_config({"cluster": {"worker": [f"{host}:2222", "127.0.0.1:2223"]},
+                                   "task": {"type": "worker", "index": 0}})
+
+    check_own_address(own("here.example"))
+    with pytest.raises(tfd.ClusterConfigError,
+                       match=r"there.example \(10.77.0.9\) is not an address of this machine"):
+        check_own_address(own("there.example"))
+    # Not resolvable (yet): a Kubernetes headless service may publish the name late.
+    check_own_address(own("pending.example"))
+    assert "'pending.example' does not resolve here" in caplog.text
