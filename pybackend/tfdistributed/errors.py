@@ -68,11 +68,14 @@ class TrainingError(TFDistributedError, RuntimeError):
 
 
 class LaunchError(TFDistributedError, RuntimeError):
-    """A task of a local cluster failed; ``results`` holds every task's outcome."""
+    """A task of a local cluster failed; ``results`` holds every task's outcome (of the last
+    attempt when the job was restarted), ``attempts`` each attempt's failure (see
+    :class:`~tfdistributed.LaunchResult`; empty when the job was not restarted)."""
 
-    def __init__(self, message: str, results=None, *, hints: dict | None = None):
+    def __init__(self, message: str, results=None, *, hints: dict | None = None, attempts=None):
         super().__init__(message, hints=hints)
         self.results = results
+        self.attempts = list(attempts or [])
 
 
 class LaunchTimeoutError(LaunchError, TimeoutError):

@@ -24,6 +24,14 @@ How it is built: :func:`launch` is a pipeline of three parts.
 - the *diagnosis* (:func:`_failure_message`, :func:`_timeout_message`): which task failed and
   how, or which tasks never joined the cluster.
 
+Around them, the *restart policy* (:class:`_Restarts`, ``max_restarts=``): a machine lost or a
+task preempted in the middle of a long job should not cost the whole job, so after a failure the
+whole group is stopped and started again (as torchrun does: TensorFlow's collectives cannot take
+a new member into a running group), with new ports and TF_CONFIG, and each task told its attempt
+in ``TFDISTRIBUTED_ATTEMPT``. Resuming where the job was is the training's part
+(``fit(backup_dir=...)``). A task that fails the same way twice in a row has a bug, which no
+restart cures: the job then ends at once.
+
 The SLURM and Ray engines (``backend=``) reuse the target handling, results and output relay.
 """
 
@@ -47,8 +55,8 @@ import portpicker
 
 from . import _runtime
 from ._args import as_int
-from ._job import LaunchResult, TaskResult, _target_argv
-from ._output import Relay, error_summary, how_it_ended
+from ._job import ATTEMPT_ENV, PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, _target_argv
+from ._output import Relay, error_line, error_summary, how_it_ended
 from .cluster import ROLES, check_loopback, local_cluster, parse_address, tf_config
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      did_you_mean)
@@ -267,8 +275,13 @@ class _Supervisor:
                 return
             self.relay.send(line)
 
-    def wait(self, timeout: float) -> list:
-        """Supervise until the job is done; its results, or raise (every task then stopped)."""
+    def wait(self, timeout: float, started: float | None = None) -> list:
+        """Supervise until the job is done; its results, or raise (every task then stopped).
+
+        ``timeout`` counts from ``started`` (a ``time.monotonic()``; default: this start), so
+        that one timeout covers every attempt of a restarted job.
+        """
+        started = self.t0 if started is None else started
         primaries = [t for t in self.tasks if not t.server]
         vital = [t for t in self.tasks if not (self.plan.parameter_server
                                                and t.plan.task_type == "worker")]
@@ -286,10 +299,10 @@ class _Supervisor:
             if failed:
                 time.sleep(0.2)
                 self.stop(self.tasks)
-                raise LaunchError(_failure_message(failed[0]), self.results())
+                raise _TaskFailed(failed[0], self.results())
             if primaries and all(t.poll() == 0 for t in primaries):
                 break
-            if time.monotonic() - self.t0 > timeout:
+            if time.monotonic() - started > timeout:
                 self._time_out(timeout)
             time.sleep(0.05)
         self.stop([t for t in self.tasks if t.server])
@@ -314,10 +327,6 @@ class _Supervisor:
         return [TaskResult(t.plan.task_type, t.plan.task_index,
                            t.proc.returncode if t.proc else None, list(t.lines), None, t.server)
                 for t in self.tasks]
-
-    @property
-    def seconds(self) -> float:
-        return time.monotonic() - self.t0
 
 
 def _listening_ports(pids) -> set[int]:
@@ -402,6 +411,17 @@ def _failure_message(task: _Process) -> str:
             f"stopped. {error_summary(task.lines)}")
 
 
+class _TaskFailed(LaunchError):
+    """A task of one attempt failed; ``failure`` says which, how, and its error line (what the
+    restart policy compares between attempts)."""
+
+    def __init__(self, task: _Process, results):
+        super().__init__(_failure_message(task), results)
+        code = task.proc.returncode
+        self.failure = {"task": task.name, "ended": how_it_ended(code),
+                        "error": error_line(task.lines), "preempted": code == PREEMPTED_EXIT_CODE}
+
+
 def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: list) -> str:
     """Why the job did not finish: the tasks that never joined the cluster (no server on their
     address: never started here, or started and not listening), and those still running."""
@@ -425,18 +445,101 @@ def _read_values(plan: LaunchPlan, results: list) -> None:
                 res.value = pickle.load(f)
 
 
+# --- the restart policy --------------------------------------------------------------------------
+
+class _Restarts:
+    """Up to ``max_restarts`` restarts of the whole job, each announced in the job's output.
+
+    Every failure is kept (``attempts``). The job ends with a :class:`LaunchError` naming them
+    all once no restart is left, or at once when a task fails the same way (same task, same end,
+    same error line) on two attempts in a row: that is a bug, and restarting would only repeat
+    it. A preemption is never taken for a bug.
+    """
+
+    def __init__(self, max_restarts: int, relay: Relay):
+        self.max_restarts = max_restarts
+        self.relay = relay
+        self.attempts: list[dict] = []
+
+    @property
+    def attempt(self) -> int:
+        """The 0-based number of the attempt about to start (or running)."""
+        return len(self.attempts)
+
+    def failed(self, error: _TaskFailed) -> None:
+        """Record the running attempt's failure, then announce the restart or raise."""
+        failure = dict(attempt=self.attempt, **error.failure)
+        self.attempts.append(failure)
+        if self.max_restarts == 0:
+            error.attempts = self.attempts
+            raise error
+        of = f"attempt {self.attempt} of {self.max_restarts + 1}"
+        said = f"{failure['task']} {failure['ended']} on {of}"
+        if self._repeated():
+            self.relay.send(f"[tfdistributed] {said} with the same error as on the attempt "
+                            f"before: a bug, not bad luck; the job is not restarted again")
+            raise LaunchError(_repeated_message(self.attempts, error), error.results,
+                              attempts=self.attempts)
+        if self.attempt > self.max_restarts:
+            raise LaunchError(_every_attempt_message(self.attempts, error), error.results,
+                              attempts=self.attempts)
+        self.relay.send(f"[tfdistributed] {said} ({failure['error'] or 'no output'}); "
+                        f"restarting the job")
+
+    def _repeated(self) -> bool:
+        if len(self.attempts) < 2 or self.attempts[-1]["preempted"]:
+            return False
+        keys = ("task", "ended", "error")
+        return all(self.attempts[-1][k] == self.attempts[-2][k] for k in keys)
+
+    def succeeded(self) -> list:
+        """Every attempt, the running one (which succeeded) last."""
+        self.attempts.append({"attempt": self.attempt, "task": None, "ended": None,
+                              "error": None, "preempted": False})
+        return self.attempts
+
+
+def _attempts_list(attempts: list) -> str:
+    return "; ".join(f"attempt {a['attempt'] + 1}: {a['task']} {a['ended']} "
+                     f"({a['error'] or 'no output'})" for a in attempts)
+
+
+def _every_attempt_message(attempts: list, last: LaunchError) -> str:
+    return (f"The job failed on each of its {len(attempts)} attempts (max_restarts="
+            f"{len(attempts) - 1}): {_attempts_list(attempts)}. Fix what the errors say; if the "
+            f"failures are bad luck (machines lost, tasks preempted), allow more restarts with "
+            f"a larger max_restarts. The last failure: {last}")
+
+
+def _repeated_message(attempts: list, last: LaunchError) -> str:
+    failure = attempts[-1]
+    return (f"Task {failure['task']} failed the same way on attempts {len(attempts) - 1} and "
+            f"{len(attempts)} ({failure['ended']}: {failure['error'] or 'no output'}): that is "
+            f"a bug in the job, not bad luck, so it was not restarted again. Fix the error; "
+            f"restarts only help against lost machines and preemptions. Attempts: "
+            f"{_attempts_list(attempts)}. The last failure: {last}")
+
+
 # --- launch() ------------------------------------------------------------------------------------
 
-def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env=None, args=(),
-           cluster=None, tasks=None, on_output=None, echo=True, python=None, rscript="Rscript",
-           cwd=None, prepare_task=None, grace=5.0, show_all=False, backend="local",
-           **backend_options):
+def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max_restarts=0,
+           env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
+           rscript="Rscript", cwd=None, prepare_task=None, grace=5.0, show_all=False,
+           backend="local", **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
     calls ``make_strategy("auto")`` trains as one multi-worker (or parameter-server) job. Every
     line a task prints is streamed as ``[worker 1] ...``. On the first failed task, at the
     timeout, or on an interrupt, every process is stopped (nothing is left running).
+
+    With ``max_restarts=N``, a failed job is then started again as a whole, up to N times: new
+    ports and TF_CONFIG, and ``TFDISTRIBUTED_ATTEMPT`` (0, 1, ...) in every task's environment.
+    Each restart is announced in the output (``[tfdistributed] worker 1 was killed by signal 9
+    on attempt 1 of 3 (...); restarting the job``). A task that exits with
+    ``PREEMPTED_EXIT_CODE`` (75) was preempted, not failed: ``fit(backup_dir=...)`` resumes
+    from its backup. A task failing the same way (same end, same error line) on two attempts
+    in a row ends the job at once: restarting a bug only repeats it.
 
     Args:
         target: a ``.py`` script (run with ``python``), an ``.R`` script (run with ``rscript``),
@@ -445,13 +548,16 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         ps: number of parameter-server tasks; needs ``chief=True``. The workers and ps tasks
             then run TensorFlow servers and the target runs as the chief (the coordinator).
         chief: add a ``chief`` task.
-        timeout: seconds for the whole job; then every process is stopped.
+        timeout: seconds for the whole job, restarts included; then every process is stopped.
+        max_restarts: how many times a failed job is restarted (local backend; default 0).
+            Each restart runs every task again: the script should resume from a backup
+            (``fit(backup_dir=...)``), or it starts over.
         env: extra environment variables for every task. Tasks get TensorFlow's pooling CPU
             allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, see ``_runtime``) unless ``env`` or
             this process's environment sets that variable.
         args: command-line arguments for a script, positional arguments for a function.
-        cluster: an explicit cluster dict (loopback addresses only); default
-            ``local_cluster(workers, ps, chief)``.
+        cluster: an explicit cluster dict (loopback addresses only; restarts reuse its
+            addresses); default ``local_cluster(workers, ps, chief)``, new at each restart.
         tasks: start only these ``(task_type, task_index)`` pairs of the cluster (the others are
             expected to be started elsewhere, e.g. by hand with their TF_CONFIG).
         on_output: called with each ``"[worker 0] line"`` from the calling thread (the R
@@ -460,7 +566,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         python, rscript: the interpreters that run the tasks (default: this Python, ``Rscript``).
         cwd: the tasks' working directory (default: this process's).
         prepare_task: called with each task's :class:`TaskPlan` before any task starts, in start
-            order; it may change the plan's ``env`` and ``argv`` and set its ``preexec_fn``
+            order (again at each restart); it may change the plan's ``env`` and ``argv`` and set its ``preexec_fn``
             (e.g. to pin each task to a CPU, as ``bench/pinning.py`` does).
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
         show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
@@ -472,11 +578,13 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     Returns:
         A :class:`LaunchResult`: ``tasks`` holds each task's :class:`TaskResult` (exit code,
         output lines, return value), ``values`` the return values of a function target,
-        ``cluster`` the cluster that ran and ``seconds`` the wall time.
+        ``cluster`` the cluster that ran and ``seconds`` the wall time (of every attempt);
+        ``restarts`` and ``attempts`` say how often and why the job was restarted.
 
     Raises:
-        LaunchError: a task exited non-zero, or the target or a port cannot be used;
-            ``.results`` has every task's outcome.
+        LaunchError: a task exited non-zero (on every attempt, or the same way twice in a row,
+            when restarts are allowed: ``.attempts`` lists each failure), or the target or a
+            port cannot be used; ``.results`` has every task's outcome (of the last attempt).
         LaunchTimeoutError: the job did not finish within ``timeout``; the message names the
             tasks that never joined the cluster and those still running.
         ClusterConfigError: ``cluster`` or ``tasks`` is invalid, or not on 127.0.0.1.
@@ -488,33 +596,55 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         ...     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
         >>> launch(rank, workers=2, echo=False).values   # doctest: +SKIP
         [0, 1]
+        >>> launch("train.py", workers=2, max_restarts=3).restarts   # doctest: +SKIP
+        1
     """
+    max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
     if backend != "local":
         return _launch_elsewhere(backend, target, workers, ps, chief, backend_options, timeout=timeout,
                                  env=env, args=args, on_output=on_output, echo=echo, python=python,
                                  rscript=rscript, cwd=cwd, show_all=show_all,
                                  local_only=dict(cluster=cluster, tasks=tasks,
-                                                 prepare_task=prepare_task))
+                                                 prepare_task=prepare_task,
+                                                 max_restarts=max_restarts))
     if backend_options:
         raise ArgumentTypeError(f"Unknown argument(s) {sorted(backend_options)} for launch() on the "
                                 f"local backend; they are options of backend='slurm' or 'ray'.")
     import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
     timeout = _check_timeout(timeout)
+    counts = None
     if cluster is None:
-        cluster = local_cluster(as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
-                                bool(chief))
-    plan = _plan_launch(target, cluster, tasks, env=env, args=args, python=python, rscript=rscript,
-                       cwd=cwd, prepare_task=prepare_task)
+        counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0), bool(chief))
+    restarts = _Restarts(max_restarts, Relay(echo=echo, on_output=on_output, show_all=show_all))
+    options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript, cwd=cwd,
+                   prepare_task=prepare_task)
+    started = time.monotonic()
+    while True:
+        try:
+            plan, results = _run_attempt(target, cluster or local_cluster(*counts), options,
+                                         restarts, grace, timeout, started)
+        except _TaskFailed as error:
+            restarts.failed(error)
+            continue
+        return LaunchResult(cluster=plan.cluster, tasks=results,
+                            seconds=time.monotonic() - started, restarts=restarts.attempt,
+                            attempts=restarts.succeeded())
+
+
+def _run_attempt(target, cluster, options, restarts: _Restarts, grace, timeout, started):
+    """One attempt of the job: planned afresh, started, supervised until ``started + timeout``,
+    and cleaned up; ``(plan, results)``, or the failure raised with every task stopped."""
+    env = dict(options["env"] or {}, **{ATTEMPT_ENV: str(restarts.attempt)})
+    plan = _plan_launch(target, cluster, **dict(options, env=env))
     try:
-        with _Supervisor(plan, Relay(echo=echo, on_output=on_output, show_all=show_all),
-                         grace) as supervisor:
+        with _Supervisor(plan, restarts.relay, grace) as supervisor:
             supervisor.start()
-            results = supervisor.wait(timeout)
+            results = supervisor.wait(timeout, started)
             _read_values(plan, results)
     finally:
         shutil.rmtree(plan.workdir, ignore_errors=True)
-    return LaunchResult(cluster=plan.cluster, tasks=results, seconds=supervisor.seconds)
+    return plan, results
 
 
 def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, **common):
@@ -522,6 +652,10 @@ def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, 
     if backend not in ("slurm", "ray"):
         raise ArgumentTypeError(f"`backend` must be 'local', 'slurm' or 'ray', got {backend!r}."
                                 f"{did_you_mean(str(backend), ('local', 'slurm', 'ray'))}")
+    if local_only.pop("max_restarts"):
+        raise ArgumentTypeError(f"max_restarts applies to local clusters only for now; the "
+                                f"{backend} backend does not restart jobs. Use max_restarts=0, or "
+                                f"the scheduler's own requeueing.")
     given = [k for k, v in local_only.items() if v not in (None, False)]
     if given:
         raise ArgumentTypeError(f"{', '.join(given)} only apply to local clusters; the {backend} "
