@@ -10,7 +10,10 @@ that is deleted afterwards.
 - :func:`save_model` / :func:`load_model` / :func:`export_saved_model` wrap Keras saving with it.
 - :class:`BackupAndRestore`: Keras' fault-tolerance callback, made multi-worker safe: every
   worker *restores* from the chief's backup (``backup_dir`` must be on storage all workers
-  share), only the chief writes it.
+  share), only the chief writes it. Its files are written aside and renamed into place (a task
+  stopped mid-save leaves the previous backup whole), and with ``save_freq=N`` steps,
+  :func:`tfdistributed.fit` resumes in the middle of an epoch (:func:`resume_point`), where
+  Keras would redo the whole epoch (keras-team/keras#19179).
 - :func:`safe_callbacks`: what :func:`tfdistributed.fit` applies to the callbacks it is given, so
   ``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard`` and ``CSVLogger`` of non-chief
   workers write to temporary paths that are removed when training ends.
@@ -19,6 +22,7 @@ that is deleted afterwards.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 
@@ -161,6 +165,11 @@ def _backup_and_restore_class():
         resume at the same epoch with the same weights; only the chief writes there, the others
         write to a temporary directory that is removed when training ends.
 
+        With ``save_freq=N`` steps it backs up every N steps. Given to plain ``model.fit`` it
+        resumes, as Keras does, at the start of the epoch it was in; :func:`tfdistributed.fit`
+        (``backup_dir=..., save_freq=N``) resumes at the very step, as it skips the batches
+        already trained.
+
         Args:
             backup_dir: the backup directory (storage every worker shares).
             **kwargs: Keras' ``BackupAndRestore`` options (``save_freq``...).
@@ -172,9 +181,99 @@ def _backup_and_restore_class():
 
         def __init__(self, backup_dir, **kwargs):
             super().__init__(backup_dir, **kwargs)
+            # (epoch, step) to resume at, set by tfdistributed.fit once it has skipped the data
+            # already trained; None: resume at an epoch's start, as Keras does.
+            self.resume_at = None
+            self._skip_until = 0
             _localize_backup(self)
 
+        def on_train_begin(self, logs=None):
+            super().on_train_begin(logs)
+            if self.resume_at is not None:
+                self.model._initial_epoch, self._skip_until = self.resume_at
+                _skip_trained_steps(self.model, self._skip_until)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            # Keras counts the epoch it writes in its metadata from 0 in every fit() and moves it
+            # on at each epoch's end only: a resumed job's step backups would say epoch 0.
+            self._current_epoch = epoch
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._skip_until = 0
+            super().on_epoch_end(epoch, logs)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch < self._skip_until:  # a step trained before the restart: nothing to save
+                self._last_batch_seen = batch
+                return
+            super().on_train_batch_end(batch, logs)
+
+        def _save_model(self):
+            # Keras writes the weights, then the metadata, in place: a task stopped meanwhile
+            # (launch() stops every task when one fails) would leave a torn file, or new
+            # weights beside old metadata, and the job would resume at the wrong step. Each is
+            # written aside and renamed into place; only the instant between the renames is
+            # unsafe.
+            os.makedirs(self.backup_dir, exist_ok=True)
+            for path, previous in ((self._weights_path, self._prev_weights_path),
+                                   (self._training_metadata_path,
+                                    self._prev_training_metadata_path)):
+                if self.double_checkpoint and os.path.exists(path):
+                    shutil.copyfile(path, previous)
+            aside = os.path.join(self.backup_dir, "saving.weights.h5")
+            self.model.save_weights(aside, overwrite=True)
+            os.replace(aside, self._weights_path)
+            with open(self._training_metadata_path + ".saving", "w") as f:
+                json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, f)
+            os.replace(self._training_metadata_path + ".saving", self._training_metadata_path)
+
     return BackupAndRestore
+
+
+def _skip_trained_steps(model, steps: int) -> None:
+    """Make the next ``steps`` train steps of ``model`` do nothing (its data was skipped).
+
+    Keras runs every epoch from its first step; only the train function can be told to pass.
+    """
+    calls = steps // int(getattr(model, "steps_per_execution", 1) or 1)
+    if not calls:
+        return
+    train = model.train_function
+
+    def already_trained(iterator):
+        nonlocal calls
+        calls -= 1
+        if calls == 0:
+            model.train_function = train
+        return {}
+
+    model.train_function = already_trained
+
+
+def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
+    """``(epoch, step)`` at which a job backed up every N steps resumes: the epoch (0-based) and
+    the steps of it already trained (0 at an epoch's start; ``(0, 0)`` without a backup).
+
+    Args:
+        backup_dir: the chief's backup directory (a :class:`BackupAndRestore`'s).
+        steps_per_epoch: the steps in one epoch.
+
+    Returns:
+        ``(epoch, step)``.
+
+    Example:
+        >>> resume_point("/shared/backup", 22)    # backed up after step 5 of epoch 2  # doctest: +SKIP
+        (1, 5)
+    """
+    path = os.path.join(os.fspath(backup_dir), "training_metadata.json")
+    if not os.path.exists(path):
+        return 0, 0
+    with open(path) as f:
+        metadata = json.load(f)
+    epoch, step = int(metadata["epoch"]), int(metadata["batch"]) + 1
+    if step >= steps_per_epoch:
+        return epoch + 1, 0
+    return epoch, step
 
 
 def _paths(callback) -> dict:
