@@ -13,7 +13,9 @@ that is deleted afterwards.
   share), only the chief writes it. Its files are written aside and renamed into place (a task
   stopped mid-save leaves the previous backup whole), and with ``save_freq=N`` steps,
   :func:`tfdistributed.fit` resumes in the middle of an epoch (:func:`resume_point`), where
-  Keras would redo the whole epoch (keras-team/keras#19179).
+  Keras would redo the whole epoch (keras-team/keras#19179). While :func:`tfdistributed.fit`
+  trains, a SIGTERM (a preemption notice) makes every worker stop at the next backup, once it
+  is written, with :data:`~tfdistributed.PREEMPTED_EXIT_CODE` (:func:`watching_preemption`).
 - :func:`safe_callbacks`: what :func:`tfdistributed.fit` applies to the callbacks it is given, so
   ``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard`` and ``CSVLogger`` of non-chief
   workers write to temporary paths that are removed when training ends.
@@ -21,11 +23,15 @@ that is deleted afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import shutil
+import signal
+import threading
 
+from ._job import PREEMPTED_EXIT_CODE
 from .cluster import is_checkpoint_writer, read_tf_config
 
 
@@ -184,6 +190,8 @@ def _backup_and_restore_class():
             # (epoch, step) to resume at, set by tfdistributed.fit once it has skipped the data
             # already trained; None: resume at an epoch's start, as Keras does.
             self.resume_at = None
+            # Set by a SIGTERM while tfdistributed.fit trains (watching_preemption).
+            self.preempted = False
             self._skip_until = 0
             _localize_backup(self)
 
@@ -201,12 +209,30 @@ def _backup_and_restore_class():
         def on_epoch_end(self, epoch, logs=None):
             self._skip_until = 0
             super().on_epoch_end(epoch, logs)
+            if self.save_freq == "epoch":
+                self._stop_if_preempted()
 
         def on_train_batch_end(self, batch, logs=None):
             if batch < self._skip_until:  # a step trained before the restart: nothing to save
                 self._last_batch_seen = batch
                 return
-            super().on_train_batch_end(batch, logs)
+            if self._should_save_on_batch(batch):
+                self._save_model()
+                self._stop_if_preempted()
+
+        def _stop_if_preempted(self):
+            # At a backup, just written: every worker learns whether any was told to stop, and
+            # all stop together (one scalar all-reduce per backup, none per step). TensorFlow's
+            # PreemptionCheckpointHandler agrees on a step too, but then saves a
+            # tf.train.Checkpoint of its own (its manager, its run counter, restored when it
+            # is built) from inside its run() wrapper: a second backup, beside the Keras one
+            # fit() resumes from, that could disagree with it.
+            if not _anyone(self.model, self.preempted):
+                return
+            print(f"Preempted: backed up at epoch {self._current_epoch + 1}, step "
+                  f"{self._last_batch_seen + 1}; exiting with status {PREEMPTED_EXIT_CODE} to "
+                  f"be restarted", flush=True)
+            raise SystemExit(PREEMPTED_EXIT_CODE)
 
         def _save_model(self):
             # Keras writes the weights, then the metadata, in place: a task stopped meanwhile
@@ -228,6 +254,63 @@ def _backup_and_restore_class():
             os.replace(self._training_metadata_path + ".saving", self._training_metadata_path)
 
     return BackupAndRestore
+
+
+def _anyone(model, flag: bool) -> bool:
+    """Whether ``flag`` is set on any worker of the multi-worker job ``model`` trains in (on a
+    single worker: ``flag``)."""
+    import tensorflow as tf
+
+    from .strategies import strategy_kind
+
+    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    if strategy_kind(strategy) != "multi_worker_mirrored":
+        return flag
+    return int(_flag_sum(strategy)(tf.constant(int(flag)))) > 0
+
+
+@functools.lru_cache(maxsize=None)
+def _flag_sum(strategy):
+    """A traced all-reduce of one int over ``strategy``'s workers (eager collectives are slow
+    and TensorFlow warns at each)."""
+    import tensorflow as tf
+
+    @tf.function
+    def flag_sum(flag):
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: flag), axis=None)
+
+    return flag_sum
+
+
+@contextlib.contextmanager
+def watching_preemption(backup):
+    """While in the block, a SIGTERM (what SLURM, Kubernetes and spot VMs send before they stop
+    a task) sets ``backup.preempted`` instead of ending the process: training goes on to the
+    next backup, writes it, and every worker exits with ``PREEMPTED_EXIT_CODE`` (75), which
+    ``launch(max_restarts=...)`` restarts. Keep a backup's interval (``save_freq``) shorter
+    than the grace period before the SIGKILL.
+
+    Only the main thread can take signals: elsewhere the block changes nothing.
+
+    Args:
+        backup: this package's :class:`BackupAndRestore`, or None (nothing to back up).
+
+    Example:
+        >>> with watching_preemption(backup):    # doctest: +SKIP
+        ...     model.fit(x, y, callbacks=[backup])
+    """
+    if backup is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def notice(signum, frame):
+        backup.preempted = True
+
+    previous = signal.signal(signal.SIGTERM, notice)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _skip_trained_steps(model, steps: int) -> None:

@@ -145,7 +145,10 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             skipping the batches already trained, so it redoes at most N steps and, with
             ``shuffle=False`` or a ``seed``, ends with the weights of an uninterrupted run.
             The history then holds the epochs trained after the restart, the first one's
-            loss and metrics over its steps after the restart only.
+            loss and metrics over its steps after the restart only. With a ``backup_dir``, a
+            SIGTERM (a preemption notice) makes every worker stop at the next backup, once
+            written, with exit status ``PREEMPTED_EXIT_CODE`` (75), for
+            ``launch(max_restarts=...)`` to restart.
         **fit_kwargs: passed to ``model.fit`` (under ``parameter_server``: ``initial_epoch``,
             ``validation_freq``, ``validation_steps`` and ``checkpoint_dir``).
 
@@ -203,7 +206,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                              "this input: only arrays (x, y) with steps_per_execution dividing "
                              "the batches of an epoch repeat their batches exactly")
         dataset = _resume_mid_epoch(dataset, backup, backup_dir, steps_per_epoch)
-    with strategy.scope():
+    with strategy.scope(), checkpoints.watching_preemption(backup):
         return compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,

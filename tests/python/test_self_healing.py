@@ -192,7 +192,7 @@ def test_the_uninterrupted_job_trains_like_one_process(uninterrupted):
     model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
     (x, y), _ = tfd.digits_arrays()
     tfd.fit(model, x[:EXAMPLES], y[:EXAMPLES], epochs=2, batch_size=64, shuffle=False, verbose=0)
-    assert_same_weights(uninterrupted["weights"], [np.asarray(w) for w in model.get_weights()])
+    assert_same_weights(uninterrupted["weights"], model.get_weights())
     keras.backend.clear_session()
 
 
@@ -216,6 +216,69 @@ def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, u
     for task in ("worker-0", "worker-1"):
         assert_same_weights(report(outdir, task)["weights"], uninterrupted["weights"])
     assert not backup.exists()
+
+
+def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tmp_path,
+                                                                               uninterrupted):
+    stop_at = random.Random().randrange(1, STEPS - SAVE_FREQ)
+    outdir, backup = tmp_path / "out", tmp_path / "backup"
+    lines = []
+    result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
+                 "--stop-at", str(stop_at), "--signal", "TERM", max_restarts=1,
+                 on_output=lines.append)
+    assert result.restarts == 1, stop_at
+    assert result.attempts[0]["ended"] == f"was preempted (exit status {tfd.PREEMPTED_EXIT_CODE})"
+    assert result.attempts[0]["preempted"]
+    # Both workers went on to the next backup (the step after the notice, rounded up to
+    # SAVE_FREQ), wrote it and stopped there; the restart trained on from the next step: no
+    # step trained twice. (The step logger runs after the backup callback, which exits: the
+    # step backed up is not in the log.)
+    backed_up = -(-stop_at // SAVE_FREQ) * SAVE_FREQ
+    for task in ("worker-0", "worker-1"):
+        resumed = report(outdir, task)
+        assert resumed["trained"] == {0: list(range(1, backed_up)),
+                                      1: list(range(backed_up + 1, STEPS + 1))}, stop_at
+        assert_same_weights(resumed["weights"], uninterrupted["weights"])
+    said = f"Preempted: backed up at epoch {(backed_up - 1) // EPOCH + 1}, step " \
+           f"{(backed_up - 1) % EPOCH + 1}; exiting with status 75 to be restarted"
+    assert {f"[worker 0] {said}", f"[worker 1] {said}"} <= set(lines)
+    assert f"[tfdistributed] worker 1 was preempted (exit status 75) on attempt 1 of 2 " \
+           f"({said}); restarting the job" in lines or \
+           f"[tfdistributed] worker 0 was preempted (exit status 75) on attempt 1 of 2 " \
+           f"({said}); restarting the job" in lines
+
+
+def test_in_one_process_a_sigterm_backs_up_and_exits_with_the_preemption_code(tmp_path):
+    import signal
+
+    import keras
+
+    from models import digits_model
+
+    class NoticeAtStep7(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == 7:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    (x, y), _ = tfd.digits_arrays()
+    x, y = x[:EXAMPLES], y[:EXAMPLES]
+    strategy = tfd.make_strategy("default")
+    handler = signal.getsignal(signal.SIGTERM)
+    model = digits_model(strategy, seed=1, learning_rate=0.01)
+    fit = dict(epochs=2, batch_size=64, shuffle=False, verbose=0, backup_dir=tmp_path / "b",
+               save_freq=SAVE_FREQ)
+    with pytest.raises(SystemExit) as stopped:
+        tfd.fit(model, x, y, callbacks=[NoticeAtStep7()], **fit)
+    assert stopped.value.code == tfd.PREEMPTED_EXIT_CODE
+    assert signal.getsignal(signal.SIGTERM) is handler
+    assert json.loads((tmp_path / "b" / "training_metadata.json").read_text()) == \
+        {"epoch": 0, "batch": 9}
+    resumed = digits_model(strategy, seed=2, learning_rate=0.01)
+    history = tfd.fit(resumed, x, y, **fit)
+    assert history.epoch == [0, 1] and int(resumed.optimizer.iterations.numpy()) == STEPS
+    reference = digits_model(strategy, seed=1, learning_rate=0.01)
+    tfd.fit(reference, x, y, epochs=2, batch_size=64, shuffle=False, verbose=0)
+    assert_same_weights(resumed.get_weights(), reference.get_weights())
 
 
 @pytest.fixture(scope="module")
