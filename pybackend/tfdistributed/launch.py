@@ -299,7 +299,7 @@ class _Supervisor:
             if failed:
                 time.sleep(0.2)
                 self.stop(self.tasks)
-                raise _TaskFailed(failed[0], self.results())
+                raise _task_failed(failed[0], self.results())
             if primaries and all(t.poll() == 0 for t in primaries):
                 break
             if time.monotonic() - started > timeout:
@@ -411,15 +411,14 @@ def _failure_message(task: _Process) -> str:
             f"stopped. {error_summary(task.lines)}")
 
 
-class _TaskFailed(LaunchError):
-    """A task of one attempt failed; ``failure`` says which, how, and its error line (what the
-    restart policy compares between attempts)."""
-
-    def __init__(self, task: _Process, results):
-        super().__init__(_failure_message(task), results)
-        code = task.proc.returncode
-        self.failure = {"task": task.name, "ended": how_it_ended(code),
-                        "error": error_line(task.lines), "preempted": code == PREEMPTED_EXIT_CODE}
+def _task_failed(task: _Process, results) -> LaunchError:
+    """The error of an attempt in which ``task`` failed; its ``failure`` says which task, how,
+    and its error line (what the restart policy compares between attempts)."""
+    code = task.proc.returncode
+    return LaunchError(_failure_message(task), results,
+                       failure={"task": task.name, "ended": how_it_ended(code),
+                                "error": error_line(task.lines),
+                                "preempted": code == PREEMPTED_EXIT_CODE})
 
 
 def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: list) -> str:
@@ -466,7 +465,7 @@ class _Restarts:
         """The 0-based number of the attempt about to start (or running)."""
         return len(self.attempts)
 
-    def failed(self, error: _TaskFailed) -> None:
+    def failed(self, error: LaunchError) -> None:
         """Record the running attempt's failure, then announce the restart or raise."""
         failure = dict(attempt=self.attempt, **error.failure)
         self.attempts.append(failure)
@@ -624,7 +623,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         try:
             plan, results = _run_attempt(target, cluster or local_cluster(*counts), options,
                                          restarts, grace, timeout, started)
-        except _TaskFailed as error:
+        except LaunchError as error:
+            if error.failure is None:  # not a task's failure: a port in use, the timeout...
+                raise
             restarts.failed(error)
             continue
         return LaunchResult(cluster=plan.cluster, tasks=results,
@@ -634,7 +635,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
 
 def _run_attempt(target, cluster, options, restarts: _Restarts, grace, timeout, started):
     """One attempt of the job: planned afresh, started, supervised until ``started + timeout``,
-    and cleaned up; ``(plan, results)``, or the failure raised with every task stopped."""
+    and cleaned up; ``(plan, results)``, or the error raised with every task stopped."""
     env = dict(options["env"] or {}, **{ATTEMPT_ENV: str(restarts.attempt)})
     plan = _plan_launch(target, cluster, **dict(options, env=env))
     try:

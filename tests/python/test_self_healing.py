@@ -77,7 +77,7 @@ def test_a_preempted_task_is_restarted_even_twice_the_same_way(tmp_path):
 
 def test_a_failure_on_every_attempt_names_each_one(tmp_path):
     error, lines, logged = flaky(tmp_path, "differently", 5, max_restarts=2)
-    assert isinstance(error, tfd.LaunchError) and len(logged) == 6
+    assert type(error) is tfd.LaunchError and len(logged) == 6
     message = str(error)
     assert "The job failed on each of its 3 attempts (max_restarts=2)" in message
     for n in range(3):
@@ -90,7 +90,7 @@ def test_a_failure_on_every_attempt_names_each_one(tmp_path):
 
 def test_the_same_failure_twice_is_a_bug_and_ends_the_job(tmp_path):
     error, lines, logged = flaky(tmp_path, "same", 5, max_restarts=5)
-    assert isinstance(error, tfd.LaunchError) and logged == ["0-0", "0-1", "1-0", "1-1"]
+    assert type(error) is tfd.LaunchError and logged == ["0-0", "0-1", "1-0", "1-1"]
     assert "Task worker 1 failed the same way on attempts 1 and 2 (exited with status 1: " \
            "RuntimeError: always this): that is a bug" in str(error)
     assert lines[-1] == ("[tfdistributed] worker 1 exited with status 1 on attempt 2 of 6 with "
@@ -100,6 +100,8 @@ def test_the_same_failure_twice_is_a_bug_and_ends_the_job(tmp_path):
 
 def test_without_restarts_the_first_failure_ends_the_job(tmp_path):
     error, lines, logged = flaky(tmp_path, "differently", 1)
+    # Exactly LaunchError: the R package names its R error class after the Python class.
+    assert type(error) is tfd.LaunchError
     assert logged == ["0-0", "1-0"] and not any(ln.startswith("[tfdistributed]") for ln in lines)
     assert "Task worker 1 exited with status 1" in str(error)
     assert error.attempts == [{"attempt": 0, "task": "worker 1", "ended": "exited with status 1",
