@@ -24,13 +24,8 @@ How it is built: :func:`launch` is a pipeline of three parts.
 - the *diagnosis* (:func:`_failure_message`, :func:`_timeout_message`): which task failed and
   how, or which tasks never joined the cluster.
 
-Around them, the *restart policy* (:class:`_Restarts`, ``max_restarts=``): a machine lost or a
-task preempted in the middle of a long job should not cost the whole job, so after a failure the
-whole group is stopped and started again (as torchrun does: TensorFlow's collectives cannot take
-a new member into a running group), with new ports and TF_CONFIG, and each task told its attempt
-in ``TFDISTRIBUTED_ATTEMPT``. Resuming where the job was is the training's part
-(``fit(backup_dir=...)``). A task that fails the same way twice in a row has a bug, which no
-restart cures: the job then ends at once.
+Around them, the restart policy of :mod:`tfdistributed._restarts` (``max_restarts=``): after a
+failure, the whole group again, with new ports and TF_CONFIG.
 
 The SLURM and Ray engines (``backend=``) reuse the target handling, results and output relay.
 """
@@ -56,7 +51,8 @@ import portpicker
 from . import _runtime
 from ._args import as_int
 from ._job import ATTEMPT_ENV, PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, _target_argv
-from ._output import Relay, error_line, error_summary, how_it_ended
+from ._output import Relay, error_summary, how_it_ended
+from ._restarts import Restarts, failure_of, restarting
 from .cluster import ROLES, check_loopback, local_cluster, parse_address, tf_config
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      did_you_mean)
@@ -412,13 +408,9 @@ def _failure_message(task: _Process) -> str:
 
 
 def _task_failed(task: _Process, results) -> LaunchError:
-    """The error of an attempt in which ``task`` failed; its ``failure`` says which task, how,
-    and its error line (what the restart policy compares between attempts)."""
-    code = task.proc.returncode
+    """The error of an attempt in which ``task`` failed (its ``failure`` for the restarts)."""
     return LaunchError(_failure_message(task), results,
-                       failure={"task": task.name, "ended": how_it_ended(code),
-                                "error": error_line(task.lines),
-                                "preempted": code == PREEMPTED_EXIT_CODE})
+                       failure=failure_of(task.name, task.proc.returncode, task.lines))
 
 
 def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: list) -> str:
@@ -442,81 +434,6 @@ def _read_values(plan: LaunchPlan, results: list) -> None:
         if task.result_path and os.path.exists(task.result_path):
             with open(task.result_path, "rb") as f:
                 res.value = pickle.load(f)
-
-
-# --- the restart policy --------------------------------------------------------------------------
-
-class _Restarts:
-    """Up to ``max_restarts`` restarts of the whole job, each announced in the job's output.
-
-    Every failure is kept (``attempts``). The job ends with a :class:`LaunchError` naming them
-    all once no restart is left, or at once when a task fails the same way (same task, same end,
-    same error line) on two attempts in a row: that is a bug, and restarting would only repeat
-    it. A preemption is never taken for a bug.
-    """
-
-    def __init__(self, max_restarts: int, relay: Relay):
-        self.max_restarts = max_restarts
-        self.relay = relay
-        self.attempts: list[dict] = []
-
-    @property
-    def attempt(self) -> int:
-        """The 0-based number of the attempt about to start (or running)."""
-        return len(self.attempts)
-
-    def failed(self, error: LaunchError) -> None:
-        """Record the running attempt's failure, then announce the restart or raise."""
-        failure = dict(attempt=self.attempt, **error.failure)
-        self.attempts.append(failure)
-        if self.max_restarts == 0:
-            error.attempts = self.attempts
-            raise error
-        of = f"attempt {self.attempt} of {self.max_restarts + 1}"
-        said = f"{failure['task']} {failure['ended']} on {of}"
-        if self._repeated():
-            self.relay.send(f"[tfdistributed] {said} with the same error as on the attempt "
-                            f"before: a bug, not bad luck; the job is not restarted again")
-            raise LaunchError(_repeated_message(self.attempts, error), error.results,
-                              attempts=self.attempts)
-        if self.attempt > self.max_restarts:
-            raise LaunchError(_every_attempt_message(self.attempts, error), error.results,
-                              attempts=self.attempts)
-        self.relay.send(f"[tfdistributed] {said} ({failure['error'] or 'no output'}); "
-                        f"restarting the job")
-
-    def _repeated(self) -> bool:
-        if len(self.attempts) < 2 or self.attempts[-1]["preempted"]:
-            return False
-        keys = ("task", "ended", "error")
-        return all(self.attempts[-1][k] == self.attempts[-2][k] for k in keys)
-
-    def succeeded(self) -> list:
-        """Every attempt, the running one (which succeeded) last."""
-        self.attempts.append({"attempt": self.attempt, "task": None, "ended": None,
-                              "error": None, "preempted": False})
-        return self.attempts
-
-
-def _attempts_list(attempts: list) -> str:
-    return "; ".join(f"attempt {a['attempt'] + 1}: {a['task']} {a['ended']} "
-                     f"({a['error'] or 'no output'})" for a in attempts)
-
-
-def _every_attempt_message(attempts: list, last: LaunchError) -> str:
-    return (f"The job failed on each of its {len(attempts)} attempts (max_restarts="
-            f"{len(attempts) - 1}): {_attempts_list(attempts)}. Fix what the errors say; if the "
-            f"failures are bad luck (machines lost, tasks preempted), allow more restarts with "
-            f"a larger max_restarts. The last failure: {last}")
-
-
-def _repeated_message(attempts: list, last: LaunchError) -> str:
-    failure = attempts[-1]
-    return (f"Task {failure['task']} failed the same way on attempts {len(attempts) - 1} and "
-            f"{len(attempts)} ({failure['ended']}: {failure['error'] or 'no output'}): that is "
-            f"a bug in the job, not bad luck, so it was not restarted again. Fix the error; "
-            f"restarts only help against lost machines and preemptions. Attempts: "
-            f"{_attempts_list(attempts)}. The last failure: {last}")
 
 
 # --- launch() ------------------------------------------------------------------------------------
@@ -548,7 +465,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             then run TensorFlow servers and the target runs as the chief (the coordinator).
         chief: add a ``chief`` task.
         timeout: seconds for the whole job, restarts included; then every process is stopped.
-        max_restarts: how many times a failed job is restarted (local backend; default 0).
+        max_restarts: how many times a failed job is restarted (local and Ray backends;
+            default 0).
             Each restart runs every task again: the script should resume from a backup
             (``fit(backup_dir=...)``), or it starts over.
         env: extra environment variables for every task. Tasks get TensorFlow's pooling CPU
@@ -615,37 +533,28 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
     counts = None
     if cluster is None:
         counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0), bool(chief))
-    restarts = _Restarts(max_restarts, Relay(echo=echo, on_output=on_output, show_all=show_all))
+    restarts = Restarts(max_restarts, Relay(echo=echo, on_output=on_output, show_all=show_all))
     options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript, cwd=cwd,
                    prepare_task=prepare_task)
     started = time.monotonic()
-    while True:
-        try:
-            plan, results = _run_attempt(target, cluster or local_cluster(*counts), options,
-                                         restarts, grace, timeout, started)
-        except LaunchError as error:
-            if error.failure is None:  # not a task's failure: a port in use, the timeout...
-                raise
-            restarts.failed(error)
-            continue
-        return LaunchResult(cluster=plan.cluster, tasks=results,
-                            seconds=time.monotonic() - started, restarts=restarts.attempt,
-                            attempts=restarts.succeeded())
+    return restarting(lambda attempt: _run_attempt(
+        target, cluster or local_cluster(*counts), options, attempt, restarts.relay, grace,
+        timeout, started), restarts)
 
 
-def _run_attempt(target, cluster, options, restarts: _Restarts, grace, timeout, started):
+def _run_attempt(target, cluster, options, attempt: int, relay: Relay, grace, timeout, started):
     """One attempt of the job: planned afresh, started, supervised until ``started + timeout``,
-    and cleaned up; ``(plan, results)``, or the error raised with every task stopped."""
-    env = dict(options["env"] or {}, **{ATTEMPT_ENV: str(restarts.attempt)})
+    and cleaned up; its :class:`LaunchResult`, or the error raised with every task stopped."""
+    env = dict(options["env"] or {}, **{ATTEMPT_ENV: str(attempt)})
     plan = _plan_launch(target, cluster, **dict(options, env=env))
     try:
-        with _Supervisor(plan, restarts.relay, grace) as supervisor:
+        with _Supervisor(plan, relay, grace) as supervisor:
             supervisor.start()
             results = supervisor.wait(timeout, started)
             _read_values(plan, results)
     finally:
         shutil.rmtree(plan.workdir, ignore_errors=True)
-    return plan, results
+    return LaunchResult(cluster=plan.cluster, tasks=results, seconds=time.monotonic() - started)
 
 
 def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, **common):
@@ -653,10 +562,13 @@ def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, 
     if backend not in ("slurm", "ray"):
         raise ArgumentTypeError(f"`backend` must be 'local', 'slurm' or 'ray', got {backend!r}."
                                 f"{did_you_mean(str(backend), ('local', 'slurm', 'ray'))}")
-    if local_only.pop("max_restarts"):
-        raise ArgumentTypeError(f"max_restarts applies to local clusters only for now; the "
-                                f"{backend} backend does not restart jobs. Use max_restarts=0, or "
-                                f"the scheduler's own requeueing.")
+    max_restarts = local_only.pop("max_restarts")
+    if backend == "ray":
+        options = dict(options, max_restarts=max_restarts)
+    elif max_restarts:
+        raise ArgumentTypeError("max_restarts applies to the local and Ray backends only for now; "
+                                "the slurm backend does not restart jobs. Use max_restarts=0, or "
+                                "SLURM's own requeueing (sbatch --requeue).")
     given = [k for k, v in local_only.items() if v not in (None, False)]
     if given:
         raise ArgumentTypeError(f"{', '.join(given)} only apply to local clusters; the {backend} "

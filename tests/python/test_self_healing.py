@@ -147,7 +147,7 @@ def test_max_restarts_is_checked(tmp_path, value, message):
 
 
 def test_max_restarts_on_other_backends_is_refused(tmp_path):
-    with pytest.raises(tfd.ArgumentTypeError, match="max_restarts applies to local clusters"):
+    with pytest.raises(tfd.ArgumentTypeError, match="max_restarts applies to the local and Ray"):
         tfd.launch(script(tmp_path, "pass"), workers=1, max_restarts=1, backend="slurm")
 
 
