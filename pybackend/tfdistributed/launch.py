@@ -465,8 +465,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             then run TensorFlow servers and the target runs as the chief (the coordinator).
         chief: add a ``chief`` task.
         timeout: seconds for the whole job, restarts included; then every process is stopped.
-        max_restarts: how many times a failed job is restarted (local and Ray backends;
-            default 0).
+        max_restarts: how many times a failed job is restarted (default 0; on every backend).
             Each restart runs every task again: the script should resume from a backup
             (``fit(backup_dir=...)``), or it starts over.
         env: extra environment variables for every task. Tasks get TensorFlow's pooling CPU
@@ -519,11 +518,11 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
     max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
     if backend != "local":
         return _launch_elsewhere(backend, target, workers, ps, chief, backend_options, timeout=timeout,
-                                 env=env, args=args, on_output=on_output, echo=echo, python=python,
-                                 rscript=rscript, cwd=cwd, show_all=show_all,
+                                 max_restarts=max_restarts, env=env, args=args,
+                                 on_output=on_output, echo=echo, python=python, rscript=rscript,
+                                 cwd=cwd, show_all=show_all,
                                  local_only=dict(cluster=cluster, tasks=tasks,
-                                                 prepare_task=prepare_task,
-                                                 max_restarts=max_restarts))
+                                                 prepare_task=prepare_task))
     if backend_options:
         raise ArgumentTypeError(f"Unknown argument(s) {sorted(backend_options)} for launch() on the "
                                 f"local backend; they are options of backend='slurm' or 'ray'.")
@@ -562,13 +561,6 @@ def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, 
     if backend not in ("slurm", "ray"):
         raise ArgumentTypeError(f"`backend` must be 'local', 'slurm' or 'ray', got {backend!r}."
                                 f"{did_you_mean(str(backend), ('local', 'slurm', 'ray'))}")
-    max_restarts = local_only.pop("max_restarts")
-    if backend == "ray":
-        options = dict(options, max_restarts=max_restarts)
-    elif max_restarts:
-        raise ArgumentTypeError("max_restarts applies to the local and Ray backends only for now; "
-                                "the slurm backend does not restart jobs. Use max_restarts=0, or "
-                                "SLURM's own requeueing (sbatch --requeue).")
     given = [k for k, v in local_only.items() if v not in (None, False)]
     if given:
         raise ArgumentTypeError(f"{', '.join(given)} only apply to local clusters; the {backend} "

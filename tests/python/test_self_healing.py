@@ -146,11 +146,6 @@ def test_max_restarts_is_checked(tmp_path, value, message):
         tfd.launch(script(tmp_path, "pass"), workers=1, max_restarts=value)
 
 
-def test_max_restarts_on_other_backends_is_refused(tmp_path):
-    with pytest.raises(tfd.ArgumentTypeError, match="max_restarts applies to the local and Ray"):
-        tfd.launch(script(tmp_path, "pass"), workers=1, max_restarts=1, backend="slurm")
-
-
 # --- resuming mid-epoch: real 2-worker jobs on the digits --------------------------------------
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "self_healing.py")
