@@ -193,6 +193,9 @@ def _backup_and_restore_class():
             # Set by a SIGTERM while tfdistributed.fit trains (watching_preemption).
             self.preempted = False
             self._skip_until = 0
+            # Steps of the current epoch a backup holds (Keras' "batch" cannot say: it is 0 both
+            # after an epoch and after its first step).
+            self._steps_done = 0
             _localize_backup(self)
 
         def on_train_begin(self, logs=None):
@@ -207,7 +210,7 @@ def _backup_and_restore_class():
             self._current_epoch = epoch
 
         def on_epoch_end(self, epoch, logs=None):
-            self._skip_until = 0
+            self._skip_until = self._steps_done = 0
             super().on_epoch_end(epoch, logs)
             if self.save_freq == "epoch":
                 self._stop_if_preempted()
@@ -217,6 +220,7 @@ def _backup_and_restore_class():
                 self._last_batch_seen = batch
                 return
             if self._should_save_on_batch(batch):
+                self._steps_done = batch + 1
                 self._save_model()
                 self._stop_if_preempted()
 
@@ -229,8 +233,9 @@ def _backup_and_restore_class():
             # fit() resumes from, that could disagree with it.
             if not _anyone(self.model, self.preempted):
                 return
-            print(f"Preempted: backed up at epoch {self._current_epoch + 1}, step "
-                  f"{self._last_batch_seen + 1}; exiting with status {PREEMPTED_EXIT_CODE} to "
+            where = (f"after step {self._steps_done} of epoch {self._current_epoch + 1}"
+                     if self._steps_done else f"at the end of epoch {self._current_epoch}")
+            print(f"Preempted: backed up {where}; exiting with status {PREEMPTED_EXIT_CODE} to "
                   f"be restarted", flush=True)
             raise SystemExit(PREEMPTED_EXIT_CODE)
 
@@ -250,7 +255,8 @@ def _backup_and_restore_class():
             self.model.save_weights(aside, overwrite=True)
             os.replace(aside, self._weights_path)
             with open(self._training_metadata_path + ".saving", "w") as f:
-                json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, f)
+                json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen,
+                           "steps_done": self._steps_done}, f)
             os.replace(self._training_metadata_path + ".saving", self._training_metadata_path)
 
     return BackupAndRestore
@@ -334,8 +340,8 @@ def _skip_trained_steps(model, steps: int) -> None:
 
 
 def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
-    """``(epoch, step)`` at which a job backed up every N steps resumes: the epoch (0-based) and
-    the steps of it already trained (0 at an epoch's start; ``(0, 0)`` without a backup).
+    """``(epoch, step)`` at which a backed-up job resumes: the epoch (0-based) and the steps of
+    it already trained (0 at an epoch's start; ``(0, 0)`` without a backup).
 
     Args:
         backup_dir: the chief's backup directory (a :class:`BackupAndRestore`'s).
@@ -353,7 +359,7 @@ def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
         return 0, 0
     with open(path) as f:
         metadata = json.load(f)
-    epoch, step = int(metadata["epoch"]), int(metadata["batch"]) + 1
+    epoch, step = int(metadata["epoch"]), int(metadata.get("steps_done", 0))
     if step >= steps_per_epoch:
         return epoch + 1, 0
     return epoch, step

@@ -235,18 +235,18 @@ def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tm
     assert result.restarts == 1, stop_at
     assert result.attempts[0]["ended"] == f"was preempted (exit status {tfd.PREEMPTED_EXIT_CODE})"
     assert result.attempts[0]["preempted"]
-    # Both workers went on to the next backup (the step after the notice, rounded up to
-    # SAVE_FREQ), wrote it and stopped there; the restart trained on from the next step: no
-    # step trained twice. (The step logger runs after the backup callback, which exits: the
-    # step backed up is not in the log.)
-    backed_up = -(-stop_at // SAVE_FREQ) * SAVE_FREQ
+    # Both workers went on to the next backup, wrote it and stopped there; the restart trained
+    # on from the next step: no step trained twice. (The step logger, which sends the signal,
+    # runs after the backup callback: a notice at a backup step waits for the next backup, and
+    # the step backed up, where the backup callback exits, is not in the log.)
+    backed_up = (stop_at // SAVE_FREQ + 1) * SAVE_FREQ
     for task in ("worker-0", "worker-1"):
         resumed = report(outdir, task)
         assert resumed["trained"] == {0: list(range(1, backed_up)),
                                       1: list(range(backed_up + 1, STEPS + 1))}, stop_at
         assert_same_weights(resumed["weights"], uninterrupted["weights"])
-    said = f"Preempted: backed up at epoch {(backed_up - 1) // EPOCH + 1}, step " \
-           f"{(backed_up - 1) % EPOCH + 1}; exiting with status 75 to be restarted"
+    said = f"Preempted: backed up after step {(backed_up - 1) % EPOCH + 1} of epoch " \
+           f"{(backed_up - 1) // EPOCH + 1}; exiting with status 75 to be restarted"
     assert {f"[worker 0] {said}", f"[worker 1] {said}"} <= set(lines)
     assert f"[tfdistributed] worker 1 was preempted (exit status 75) on attempt 1 of 2 " \
            f"({said}); restarting the job" in lines or \
@@ -278,7 +278,7 @@ def test_in_one_process_a_sigterm_backs_up_and_exits_with_the_preemption_code(tm
     assert stopped.value.code == tfd.PREEMPTED_EXIT_CODE
     assert signal.getsignal(signal.SIGTERM) is handler
     assert json.loads((tmp_path / "b" / "training_metadata.json").read_text()) == \
-        {"epoch": 0, "batch": 9}
+        {"epoch": 0, "batch": 9, "steps_done": 10}
     resumed = digits_model(strategy, seed=2, learning_rate=0.01)
     history = tfd.fit(resumed, x, y, **fit)
     assert history.epoch == [0, 1] and int(resumed.optimizer.iterations.numpy()) == STEPS
@@ -315,3 +315,16 @@ def test_save_freq_needs_a_backup_dir_and_arrays(tmp_path, small_model):
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
     with pytest.raises(tfd.TrainingError, match="does not apply to this input: only arrays"):
         tfd.fit(small_model, dataset, backup_dir=tmp_path, save_freq=5)
+
+
+def test_resume_point_reads_where_a_backup_stands(tmp_path):
+    from tfdistributed.checkpoints import resume_point
+
+    assert resume_point(tmp_path, 20) == (0, 0)  # no backup yet
+    metadata = tmp_path / "training_metadata.json"
+    for written, expected in [({"epoch": 2, "batch": 0}, (2, 0)),  # Keras', at an epoch's end
+                              ({"epoch": 2, "batch": 0, "steps_done": 0}, (2, 0)),
+                              ({"epoch": 1, "batch": 4, "steps_done": 5}, (1, 5)),
+                              ({"epoch": 1, "batch": 19, "steps_done": 20}, (2, 0))]:
+        metadata.write_text(json.dumps(written))
+        assert resume_point(tmp_path, 20) == expected, written
