@@ -225,41 +225,53 @@ def _backup_and_restore_class():
                 self._stop_if_preempted()
 
         def _stop_if_preempted(self):
-            # At a backup, just written: every worker learns whether any was told to stop, and
-            # all stop together (one scalar all-reduce per backup, none per step). TensorFlow's
-            # PreemptionCheckpointHandler agrees on a step too, but then saves a
-            # tf.train.Checkpoint of its own (its manager, its run counter, restored when it
-            # is built) from inside its run() wrapper: a second backup, beside the Keras one
-            # fit() resumes from, that could disagree with it.
-            if not _anyone(self.model, self.preempted):
-                return
-            where = (f"after step {self._steps_done} of epoch {self._current_epoch + 1}"
-                     if self._steps_done else f"at the end of epoch {self._current_epoch}")
-            print(f"Preempted: backed up {where}; exiting with status {PREEMPTED_EXIT_CODE} to "
-                  f"be restarted", flush=True)
-            raise SystemExit(PREEMPTED_EXIT_CODE)
+            _stop_if_preempted(self)
 
         def _save_model(self):
-            # Keras writes the weights, then the metadata, in place: a task stopped meanwhile
-            # (launch() stops every task when one fails) would leave a torn file, or new
-            # weights beside old metadata, and the job would resume at the wrong step. Each is
-            # written aside and renamed into place; only the instant between the renames is
-            # unsafe.
-            os.makedirs(self.backup_dir, exist_ok=True)
-            for path, previous in ((self._weights_path, self._prev_weights_path),
-                                   (self._training_metadata_path,
-                                    self._prev_training_metadata_path)):
-                if self.double_checkpoint and os.path.exists(path):
-                    shutil.copyfile(path, previous)
-            aside = os.path.join(self.backup_dir, "saving.weights.h5")
-            self.model.save_weights(aside, overwrite=True)
-            os.replace(aside, self._weights_path)
-            with open(self._training_metadata_path + ".saving", "w") as f:
-                json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen,
-                           "steps_done": self._steps_done}, f)
-            os.replace(self._training_metadata_path + ".saving", self._training_metadata_path)
+            _write_backup(self)
 
     return BackupAndRestore
+
+
+def _write_backup(callback) -> None:
+    """A :class:`BackupAndRestore`'s save: the weights (optimizer included), then the metadata.
+
+    Keras writes both in place: a task stopped meanwhile (launch() stops every task when one
+    fails) would leave a torn file, or new weights beside old metadata, and the job would
+    resume at the wrong step. Each is written aside and renamed into place; only the instant
+    between the two renames is unsafe.
+    """
+    os.makedirs(callback.backup_dir, exist_ok=True)
+    for path, previous in ((callback._weights_path, callback._prev_weights_path),
+                           (callback._training_metadata_path,
+                            callback._prev_training_metadata_path)):
+        if callback.double_checkpoint and os.path.exists(path):
+            shutil.copyfile(path, previous)
+    aside = os.path.join(callback.backup_dir, "saving.weights.h5")
+    callback.model.save_weights(aside, overwrite=True)
+    os.replace(aside, callback._weights_path)
+    with open(callback._training_metadata_path + ".saving", "w") as f:
+        json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
+                   "steps_done": callback._steps_done}, f)
+    os.replace(callback._training_metadata_path + ".saving", callback._training_metadata_path)
+
+
+def _stop_if_preempted(callback) -> None:
+    """At a backup, just written: exit with ``PREEMPTED_EXIT_CODE`` if any worker was told to.
+
+    Every worker learns whether any was (one scalar all-reduce per backup, none per step), so
+    all stop at the same step. TensorFlow's PreemptionCheckpointHandler agrees on a step too,
+    but then saves a tf.train.Checkpoint of its own (its manager, its run counter, restored
+    when it is built) from inside its run() wrapper: a second backup, beside the Keras one
+    fit() resumes from, that could disagree with it.
+    """
+    if not _anyone(callback.model, callback.preempted):
+        return
+    done, epoch = callback._steps_done, callback._current_epoch
+    where = f"after step {done} of epoch {epoch + 1}" if done else f"at the end of epoch {epoch}"
+    print(f"Preempted: backed up {where}; exiting with status {PREEMPTED_EXIT_CODE} to be "
+          f"restarted", flush=True)
+    raise SystemExit(PREEMPTED_EXIT_CODE)
 
 
 def _anyone(model, flag: bool) -> bool:
@@ -267,10 +279,8 @@ def _anyone(model, flag: bool) -> bool:
     single worker: ``flag``)."""
     import tensorflow as tf
 
-    from .strategies import strategy_kind
-
     strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
-    if strategy_kind(strategy) != "multi_worker_mirrored":
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return flag
     return int(_flag_sum(strategy)(tf.constant(int(flag)))) > 0
 
