@@ -328,3 +328,23 @@ def test_resume_point_reads_where_a_backup_stands(tmp_path):
                               ({"epoch": 1, "batch": 19, "steps_done": 20}, (2, 0))]:
         metadata.write_text(json.dumps(written))
         assert resume_point(tmp_path, 20) == expected, written
+
+
+def test_plain_model_fit_with_keras_own_backup_still_resumes_at_its_epoch(tmp_path, small_model):
+    import keras
+
+    class FailAtStep17(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == 17:
+                raise RuntimeError("lost at step 17")
+
+    (x, y), _ = tfd.digits_arrays()
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq=5)
+    with pytest.raises(RuntimeError, match="lost at step 17"):
+        small_model.fit(x[:640], y[:640], epochs=2, batch_size=64, shuffle=False, verbose=0,
+                        callbacks=[backup, FailAtStep17()])
+    history = small_model.fit(x[:640], y[:640], epochs=2, batch_size=64, shuffle=False,
+                              verbose=0, callbacks=[backup])
+    # Keras' own resume: the epoch of the backup (after step 15), from that epoch's first step.
+    assert history.epoch == [1]
+    assert not (tmp_path / "b").exists()
