@@ -234,7 +234,6 @@ class _Supervisor:
         self.grace = grace
         self.tasks = [_Process(t) for t in plan.tasks]
         self.lines: queue.Queue = queue.Queue()
-        self.t0 = time.monotonic()
 
     def __enter__(self):
         return self
@@ -246,7 +245,6 @@ class _Supervisor:
         return False
 
     def start(self) -> None:
-        self.t0 = time.monotonic()
         for task in self.tasks:
             task.proc = subprocess.Popen(
                 task.plan.argv, env=task.plan.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
@@ -271,13 +269,12 @@ class _Supervisor:
                 return
             self.relay.send(line)
 
-    def wait(self, timeout: float, started: float | None = None) -> list:
+    def wait(self, timeout: float, started: float) -> list:
         """Supervise until the job is done; its results, or raise (every task then stopped).
 
-        ``timeout`` counts from ``started`` (a ``time.monotonic()``; default: this start), so
-        that one timeout covers every attempt of a restarted job.
+        ``timeout`` counts from ``started`` (a ``time.monotonic()`` of the job's first start),
+        so that one timeout covers every attempt of a restarted job.
         """
-        started = self.t0 if started is None else started
         primaries = [t for t in self.tasks if not t.server]
         vital = [t for t in self.tasks if not (self.plan.parameter_server
                                                and t.plan.task_type == "worker")]
@@ -482,8 +479,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         python, rscript: the interpreters that run the tasks (default: this Python, ``Rscript``).
         cwd: the tasks' working directory (default: this process's).
         prepare_task: called with each task's :class:`TaskPlan` before any task starts, in start
-            order (again at each restart); it may change the plan's ``env`` and ``argv`` and set its ``preexec_fn``
-            (e.g. to pin each task to a CPU, as ``bench/pinning.py`` does).
+            order (again at each restart); it may change the plan's ``env`` and ``argv`` and
+            set its ``preexec_fn`` (e.g. to pin each task to a CPU, as ``bench/pinning.py``
+            does).
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
         show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
