@@ -203,8 +203,9 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                                                              _steps_per_execution(model))
     if save_freq != "epoch":
         _refuse_step_backups(save_freq, None if one_iterator and steps_per_epoch else
-                             "this input: only arrays (x, y) with steps_per_execution dividing "
-                             "the batches of an epoch repeat their batches exactly")
+                             "this input: resuming skips the batches already trained, which "
+                             "needs arrays (x, y), no steps_per_epoch, and a steps_per_execution "
+                             "that divides the batches of an epoch")
         dataset = _resume_mid_epoch(dataset, backup, backup_dir, steps_per_epoch)
     with strategy.scope(), checkpoints.watching_preemption(backup):
         return compat.keras_method(model, "fit")(

@@ -313,8 +313,11 @@ def test_save_freq_needs_a_backup_dir_and_arrays(tmp_path, small_model):
     with pytest.raises(tfd.ArgumentTypeError, match="which is not given: pass backup_dir too"):
         tfd.fit(small_model, x, y, batch_size=64, save_freq=5)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
-    with pytest.raises(tfd.TrainingError, match="does not apply to this input: only arrays"):
+    with pytest.raises(tfd.TrainingError, match="does not apply to this input: resuming skips"):
         tfd.fit(small_model, dataset, backup_dir=tmp_path, save_freq=5)
+    with pytest.raises(tfd.TrainingError, match="needs arrays \\(x, y\\), no steps_per_epoch"):
+        tfd.fit(small_model, x, y, batch_size=64, steps_per_epoch=3, backup_dir=tmp_path,
+                save_freq=5)
 
 
 def test_resume_point_reads_where_a_backup_stands(tmp_path):
