@@ -9,7 +9,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup demo test test-python test-r docs bench clean
+.PHONY: setup demo test check docs bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -20,6 +20,11 @@ demo: setup
 
 test: setup
 	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest $(PYTEST_ARGS)
+
+# The edit-test loop: everything that starts no multi-process cluster and is not a whole other
+# suite or build (pytest markers `cluster` and `slow`). `make test` stays the full suite.
+check: setup
+	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -m "not cluster and not slow" $(PYTEST_ARGS)
 
 docs: setup
 	@for f in vignettes/*.Rmd; do echo "rendering $$f"; Rscript scripts/render_vignette.R $$f docs || exit 1; done

@@ -70,3 +70,61 @@ def as_verbose(value):
     if isinstance(value, bool) or value not in VERBOSE_LEVELS or isinstance(value, float):
         raise ArgumentTypeError(f'`verbose` must be "auto", 0, 1 or 2, got {value!r}.')
     return int(value)
+
+
+# Keras' arguments that count (steps, examples, epochs): a float reaches a TensorFlow op or
+# `range()` and fails there ("Expected int32 passed to parameter 'size' of op 'Slice'").
+KERAS_COUNTS = ("batch_size", "epochs", "steps_per_epoch", "validation_steps",
+                "validation_batch_size", "validation_freq", "initial_epoch", "steps")
+# Keras' arguments that hold data: a Python list of numbers there is refused by Keras with
+# "Unrecognized data type" and a page of the numbers (or an IndexError, for `y`).
+KERAS_DATA = ("x", "y", "sample_weight")
+
+
+def check_keras_call(method, model, args, kwargs) -> None:
+    """Refuse, with the fix, what Keras' ``fit``/``evaluate``/``predict`` would fail on deep inside.
+
+    ``method`` is Keras' own (unpatched) method; ``args``/``kwargs`` are bound to its signature,
+    so positional arguments are checked by their names too. Whole floats where Keras counts
+    (``batch_size=64.0``) and plain lists of numbers where it takes arrays are refused: Keras
+    would fail on both with an error that names neither the argument nor the fix. Values Keras
+    accepts pass unchanged. (The R package converts R's doubles and vectors before they get
+    here, so an R user meets these messages only for a value R could not convert.)
+
+    Raises:
+        ArgumentTypeError: a count that is not an integer, or data given as a list of numbers.
+
+    Example:
+        >>> check_keras_call(keras.Model.fit, model, (x, y), {"batch_size": 64})  # doctest: +SKIP
+    """
+    import inspect
+
+    try:
+        bound = inspect.signature(method).bind(model, *args, **kwargs).arguments
+    except TypeError:
+        return  # a wrong call: Keras' own message says which argument
+    for name in KERAS_COUNTS:
+        if bound.get(name) is not None:
+            as_int(bound[name], name)
+    data = {name: bound.get(name) for name in KERAS_DATA}
+    validation = bound.get("validation_data")
+    if isinstance(validation, tuple):
+        data.update({f"validation_data[{i}]": part for i, part in enumerate(validation)})
+    for name, value in data.items():
+        if _numbers_in_a_list(value):
+            raise ArgumentTypeError(
+                f"`{name}` is a {type(value).__name__} of numbers, which Keras does not take as "
+                f"data: pass an array.",
+                hints={"python": f"E.g. np.asarray({name}).",
+                       "r": "Pass an R vector, matrix or array (tfdistributed converts it)."})
+
+
+def _numbers_in_a_list(value) -> bool:
+    import numpy as np
+
+    if not isinstance(value, (list, tuple)) or not value:
+        return False
+    first = value[0]
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    return isinstance(first, (numbers.Number, np.generic))

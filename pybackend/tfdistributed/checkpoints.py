@@ -33,6 +33,7 @@ import threading
 
 from ._job import PREEMPTED_EXIT_CODE
 from .cluster import is_checkpoint_writer, read_tf_config
+from .errors import TrainingError
 
 
 def _task_suffix(config) -> str:
@@ -147,6 +148,9 @@ def load_model(path, strategy=None, *, compile=True):
     Returns:
         The Keras model.
 
+    Raises:
+        TrainingError: there is no file at ``path``.
+
     Example:
         >>> model = load_model("digits.keras", make_strategy("mirrored"))    # doctest: +SKIP
         >>> fit(model, x, y, epochs=2)                                       # doctest: +SKIP
@@ -154,6 +158,10 @@ def load_model(path, strategy=None, *, compile=True):
     import keras
 
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise TrainingError(f"Model file {path!r} does not exist; save one first.",
+                            hints={"python": "E.g. tfdistributed.checkpoints.save_model(model, path).",
+                                   "r": "E.g. save_model_distributed(model, path)."})
     if strategy is None:
         return keras.models.load_model(path, compile=compile)
     with strategy.scope():

@@ -74,6 +74,7 @@ import json
 import logging
 import os
 import re
+import socket
 from typing import Iterable, Mapping
 
 from ._args import as_int
@@ -549,8 +550,23 @@ def _config(config):
 
 
 def num_workers(config=None) -> int:
-    """How many tasks run training steps: chief + workers (parameter-server clusters: the
-    workers; an evaluator runs alone: 1); 1 without a cluster."""
+    """How many tasks hold training replicas: the hosts a training step runs on.
+
+    - multi-worker clusters: chief + workers (the chief trains too; TensorFlow's
+      ``multi_worker_util.worker_count`` says the same);
+    - parameter-server clusters: the workers only. TensorFlow's ``worker_count`` counts the
+      chief there too, but the chief only coordinates: it runs no step and reads no data;
+    - the evaluator: 1 (it evaluates alone, outside the training cluster); no cluster: 1.
+
+    For a global batch, multiply the per-replica batch by ``strategy.num_replicas_in_sync``
+    (:func:`tfdistributed.global_batch_size`), which counts each host's devices too; under
+    ``parameter_server`` every step runs on one worker, so its global batch is one worker's.
+
+    Example:
+        >>> num_workers({"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
+        ...              "task": {"type": "chief", "index": 0}})
+        2
+    """
     config = _config(config)
     if not config or not config["cluster"] or config.get("task", {}).get("type") == "evaluator":
         return 1
@@ -604,10 +620,11 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def check_loopback(cluster) -> dict:
+def check_loopback(cluster, hosts=()) -> dict:
     """Refuse any address off this machine: local clusters are unauthenticated gRPC servers.
 
-    Also refuses what a local cluster cannot run: no task at all, or ps tasks without a chief
+    Addresses on one of ``hosts`` (host names or IPs, as written in the cluster) are allowed
+    too: hosts the caller set up and named explicitly (``launch(hosts=...)``). Also refuses what a local cluster cannot run: no task at all, or ps tasks without a chief
     (TensorFlow allows that, the coordinator being outside the cluster, but :func:`launch`
     runs the program as the chief).
     """
@@ -625,12 +642,87 @@ def check_loopback(cluster) -> dict:
 
     for role, addresses in cluster.items():
         for i, address in enumerate(addresses):
-            if not is_loopback(address):
+            if not is_loopback(address) and parse_address(address)[0] not in hosts:
                 raise ClusterConfigError(
                     f'{_field(["cluster", role, i])} = "{address}" is not a loopback address. '
-                    f"TensorFlow's gRPC servers have no authentication, so local clusters bind "
-                    f"127.0.0.1 only: use local_cluster() to pick addresses.")
+                    f"TensorFlow's gRPC servers have no authentication (and listen on every "
+                    f"interface: check_own_address()), so local clusters name 127.0.0.1 only: use local_cluster() to pick addresses (or, for hosts you "
+                    f"set up yourself, name each with how to start a task there: hosts=).")
     return cluster
+
+
+def local_addresses() -> set:
+    """The IP addresses of this machine's interfaces (of its network namespace), as strings."""
+    import psutil
+
+    families = (socket.AF_INET, socket.AF_INET6)
+    # An IPv6 link-local address carries its interface ("fe80::1%eth0"); TF_CONFIG never does.
+    return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in families}
+
+
+def _host_ips(host: str, field: str) -> list | None:
+    """The IP addresses ``host`` stands for: itself if it is one, else what it resolves to;
+    None for a name that does not resolve (yet)."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    try:
+        return sorted({info[4][0].split("%")[0] for info in socket.getaddrinfo(host, None)})
+    except OSError as e:
+        # Not refused: a scheduler's DNS may publish a task's name only once it runs (e.g. a
+        # Kubernetes headless service), and TensorFlow never resolves its own task's name.
+        _log.warning("%s: the host name %r does not resolve here (%s); if the job does not "
+                     "start, check that every task can resolve it.", field, host, e)
+        return None
+
+
+def check_own_address(config) -> None:
+    """Refuse a task whose own TF_CONFIG address is not an address of this machine.
+
+    The other tasks connect to a task at its TF_CONFIG address; a task started on a machine
+    (or network namespace) that has no such address is never reached, and the job hangs until
+    its timeout with gRPC errors about the others. Caught here, before any server starts.
+
+    What binds where: TensorFlow's gRPC server takes only the port from the task's address and
+    listens on every interface (``tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc``,
+    ``GrpcServer::Init``: ``AddListeningPort(StrCat("0.0.0.0:", requested_port), ...)``; no
+    option of ``tf.distribute.Server``, the cluster resolvers or ``rpc_layer`` changes the
+    host). ``ss -ltn`` shows ``*:PORT``. So a task cannot be limited to its own address from
+    here: keep the ports off untrusted networks with a firewall or a private network.
+
+    Loopback addresses, this machine's host name, and names that resolve to one of its
+    addresses are accepted; a name that does not resolve only logs a warning (DNS may publish
+    it late). Tasks not listed in the cluster (a coordinator, an evaluator outside
+    it) have no own address and pass.
+
+    Args:
+        config: a validated TF_CONFIG dict (:func:`read_tf_config`), or None.
+
+    Raises:
+        ClusterConfigError: naming the address, this machine's addresses and the fix.
+    """
+    task = (config or {}).get("task")
+    if not task or task["type"] not in config["cluster"]:
+        return
+    address = config["cluster"][task["type"]][task["index"]]
+    host, _ = parse_address(address)
+    name = socket.gethostname()
+    if is_loopback(address) or host in (name, name.split(".")[0]):
+        return
+    field = _field(["cluster", task["type"], task["index"]])
+    local = local_addresses()
+    ips = _host_ips(host, field)
+    if ips is None or any(ip in local or ipaddress.ip_address(ip).is_loopback for ip in ips):
+        return
+    stands_for = "" if ips == [host] else f" ({', '.join(ips)})"
+    raise ClusterConfigError(
+        f'{field} = "{address}" is this task\'s own address ({task["type"]} {task["index"]}), but '
+        f'{host}{stands_for} is not an address of this machine, whose addresses are '
+        f'{", ".join(sorted(local))}. The other tasks would connect there and never reach this '
+        f'one. Start this task on the host that has {host}, or give it one of this machine\'s '
+        f'addresses in TF_CONFIG["cluster"] (the same TF_CONFIG on every task).')
 
 
 def free_ports(n: int) -> list[int]:

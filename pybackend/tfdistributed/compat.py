@@ -109,7 +109,10 @@ package runs it when Python starts), so plain ``model.fit`` under a strategy the
     ``Model.fit``/``evaluate``/``predict`` know nothing of parameter-server strategies
     (keras-team/keras#18624) nor of multi-worker file writes. Under a ``ParameterServerStrategy``
     they go to tfdistributed's coordinator trainer; in a multi-worker job the callbacks that
-    write files are made chief-only (:func:`tfdistributed.checkpoints.safe_callbacks`).
+    write files are made chief-only (:func:`tfdistributed.checkpoints.safe_callbacks`). Under
+    every strategy, what Keras would fail on deep inside (``batch_size=64.0``: a TensorFlow op
+    error; a list of numbers as data: "Unrecognized data type" and a page of them) is refused
+    first with a message naming the argument (:func:`tfdistributed._args.check_keras_call`).
 
 Each repair is gated on the Keras major version and on the defective code still being in the
 installed Keras or TensorFlow (read with ``inspect``), so an upstream fix turns our patch off by
@@ -125,6 +128,8 @@ import inspect
 import os
 import sys
 import threading
+
+from ._args import check_keras_call
 
 _lock = threading.RLock()
 _applied: dict[str, bool] = {}
@@ -748,6 +753,7 @@ def _patch_strategy_aware_fit(trainer) -> None:
     def fit(self, *args, **kwargs):
         from ._entry import entry
 
+        check_keras_call(originals["fit"], self, args, kwargs)
         _refuse_r_generator(args, kwargs, "model.fit")
         if _is_parameter_server(self):
             return entry("fit_from_keras")(self, *args, **kwargs)
@@ -760,6 +766,7 @@ def _patch_strategy_aware_fit(trainer) -> None:
     def evaluate(self, *args, **kwargs):
         from ._entry import entry
 
+        check_keras_call(originals["evaluate"], self, args, kwargs)
         _refuse_r_generator(args, kwargs, "model.evaluate")
         if _is_parameter_server(self):
             return entry("evaluate_from_keras")(self, *args, **kwargs)
@@ -768,6 +775,7 @@ def _patch_strategy_aware_fit(trainer) -> None:
     def predict(self, *args, **kwargs):
         from ._entry import entry
 
+        check_keras_call(originals["predict"], self, args, kwargs)
         if _is_parameter_server(self):
             return entry("predict_from_keras")(self, *args, **kwargs)
         return originals["predict"](self, *args, **kwargs)
@@ -775,6 +783,8 @@ def _patch_strategy_aware_fit(trainer) -> None:
     for name, patched in (("fit", fit), ("evaluate", evaluate), ("predict", predict)):
         patched.__tfdistributed_original__ = originals[name]
         patched.__doc__ = originals[name].__doc__
+        # inspect.signature() (help(), R's positional arguments) shows Keras' own parameters.
+        patched.__wrapped__ = originals[name]
         setattr(cls, name, patched)
 
 

@@ -30,6 +30,7 @@ The demo data (scikit-learn's digits) lives in :mod:`tfdistributed.demo_data`.
 
 from __future__ import annotations
 
+import logging
 import numbers
 import os
 import re
@@ -40,6 +41,8 @@ from typing import Any, Callable
 from ._args import as_int, as_str
 from .errors import (ArgumentTypeError, ShardingError, TFDistributedError, TrainingError,
                      did_you_mean)
+
+_log = logging.getLogger(__name__)
 
 SHARD_POLICIES = ("auto", "file", "data", "off", "hint")
 #: Keras' default batch size, used when arrays come without one.
@@ -232,7 +235,8 @@ def global_batch_size(per_replica, strategy=None) -> int:
         The global batch size, as ``fit(batch_size=...)`` and ``dataset.batch()`` want it.
 
     Raises:
-        ArgumentTypeError: ``per_replica`` is not a whole number >= 1.
+        ArgumentTypeError: ``per_replica`` is not a whole number >= 1, or ``strategy`` is not a
+            ``tf.distribute.Strategy``.
 
     Example:
         >>> global_batch_size(32, make_strategy("mirrored", num_cpu_devices=2))    # doctest: +SKIP
@@ -241,6 +245,11 @@ def global_batch_size(per_replica, strategy=None) -> int:
     import tensorflow as tf
 
     per_replica = as_int(per_replica, "per_replica", minimum=1)
+    if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
+        raise ArgumentTypeError(
+            f"`strategy` must be a tf.distribute.Strategy, got {type(strategy).__name__}: create "
+            f"one by name.", hints={"python": "E.g. make_strategy('mirrored').",
+                                    "r": 'E.g. distribute_strategy("mirrored").'})
     strategy = strategy or tf.distribute.get_strategy()
     return per_replica * int(strategy.num_replicas_in_sync)
 
@@ -363,15 +372,16 @@ def class_weight_to_sample_weight(y, class_weight, sample_weight=None):
 
     Args:
         y: integer targets (``(n,)`` or ``(n, 1)``) or one-hot targets (``(n, classes)``).
-        class_weight: ``{class index: weight}`` with a weight for every class in ``y``.
+        class_weight: ``{class index: weight}``; a class it does not name weighs 1, as in
+            Keras' ``fit`` on arrays (so plain ``model.fit`` under a parameter-server strategy,
+            which comes here, takes the same ``class_weight`` as under any other).
         sample_weight: optional per-example weights to multiply in.
 
     Returns:
         A float32 array of one weight per example.
 
     Raises:
-        ArgumentTypeError: a class in ``y`` has no weight, or ``class_weight`` is not a mapping
-            of class indices to numbers.
+        ArgumentTypeError: ``class_weight`` is not a mapping of class indices to numbers.
 
     Example:
         >>> class_weight_to_sample_weight(np.array([0, 1, 1]), {0: 1.0, 1: 2.5})    # doctest: +SKIP
@@ -383,10 +393,7 @@ def class_weight_to_sample_weight(y, class_weight, sample_weight=None):
     labels = y.argmax(axis=-1) if y.ndim > 1 and y.shape[-1] > 1 else y.reshape(len(y), -1)[:, 0]
     try:
         lookup = {int(k): float(v) for k, v in dict(class_weight).items()}
-        weights = np.array([lookup[int(label)] for label in labels], dtype=np.float32)
-    except KeyError as e:
-        raise ArgumentTypeError(f"`class_weight` has no weight for class {e.args[0]}: give a "
-                                f"weight for every class index in `y`.") from None
+        weights = np.array([lookup.get(int(label), 1.0) for label in labels], dtype=np.float32)
     except (TypeError, ValueError):
         raise ArgumentTypeError("`class_weight` must map class indices to weights, e.g. "
                                 "{0: 1.0, 1: 2.5}.") from None
@@ -691,7 +698,17 @@ class InputPlan:
                 raise TrainingError(
                     f"{self.what}(): {self.num_examples} examples are fewer than one global batch "
                     f"of {self.global_batch}; use a smaller batch_size.")
-            return self.num_examples // self.global_batch
+            steps, left = divmod(self.num_examples, self.global_batch)
+            if left:
+                # Not an error (the examples are all read over the epochs), but the epochs are not
+                # one device's, so the history and weights differ: say so where users look.
+                _log.warning(
+                    "%s() under %r: an epoch is %d whole global batches of %d (%d of the %d "
+                    "examples); the input repeats, so the other %d begin the next epoch and epochs "
+                    "do not end where one device's do. For one device's epochs, use a batch_size "
+                    "that divides %d.", self.what, self.kind, steps, self.global_batch,
+                    steps * self.global_batch, self.num_examples, left, self.num_examples)
+            return steps
         if self.source == "dataset":
             cardinality = int(self.x.cardinality())
             if cardinality > 0:

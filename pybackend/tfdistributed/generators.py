@@ -161,8 +161,21 @@ class BatchFeed:
 
     _BATCH, _END_PASS, _STOP = 0, 1, 2
 
+    @staticmethod
+    def check_capacity(capacity) -> int:
+        """``capacity`` (the user's ``prefetch``: batches the feed holds) as an int >= 1.
+
+        Raises:
+            ArgumentTypeError: not a whole number >= 1.
+
+        Example:
+            >>> BatchFeed.check_capacity(8)
+            8
+        """
+        return as_int(capacity, "prefetch", minimum=1)
+
     def __init__(self, capacity=DEFAULT_CAPACITY, passes=None, stream=False):
-        self._capacity = as_int(capacity, "prefetch", minimum=1)
+        self._capacity = self.check_capacity(capacity)
         self._stream = bool(stream)
         self._passes = as_int(passes, "passes", minimum=1, allow_none=True)
         # Guards the queue between R's main thread (put) and the job thread (close at the end).
@@ -696,6 +709,11 @@ def write_shards(columns, directory, num_shards=2, *, format="tfrecord", prefix=
 
 
 def _schema(directory):
+    if not os.path.isdir(directory):
+        raise TFDistributedError(
+            f"Directory {directory!r} does not exist; write the data with its shard writer first.",
+            hints={"python": "It is tfdistributed.generators.write_shards().",
+                   "r": "It is write_dataset_shards()."})
     path = os.path.join(directory, SCHEMA_FILE)
     if not os.path.isfile(path):
         raise TFDistributedError(

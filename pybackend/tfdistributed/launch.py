@@ -1,4 +1,5 @@
-"""Run a cluster of TensorFlow tasks as separate processes on this machine (127.0.0.1 only).
+"""Run a cluster of TensorFlow tasks as separate processes on this machine (127.0.0.1 only,
+unless the caller names hosts of its own with ``hosts=``, e.g. network namespaces).
 
 ``launch("train.py", workers=2)`` starts one OS process per task, each with its own TF_CONFIG on
 free loopback ports, streams every line it prints prefixed with its role and index
@@ -162,17 +163,33 @@ def _base_env(env, python: str, is_function: bool) -> dict:
     return base
 
 
+def _check_hosts(hosts) -> dict:
+    """``launch(hosts=)`` as ``{host: [command prefix]}``."""
+    if hosts is None:
+        return {}
+    if not isinstance(hosts, dict) or not all(
+            isinstance(h, str) and isinstance(p, (list, tuple)) and all(isinstance(a, str) for a in p)
+            for h, p in hosts.items()):
+        raise ArgumentTypeError(
+            f"`hosts` must map each host of the cluster to the command prefix that starts a "
+            f"process there, e.g. {{'10.77.0.2': ['ip', 'netns', 'exec', 'ns0']}}; got {hosts!r}.")
+    return {h: list(p) for h, p in hosts.items()}
+
+
 def _plan_launch(target, cluster, tasks=None, *, env=None, args=(), python=None,
-                rscript="Rscript", cwd=None, prepare_task=None) -> LaunchPlan:
+                rscript="Rscript", cwd=None, prepare_task=None, hosts=None) -> LaunchPlan:
     """Each task's argv, environment and TF_CONFIG, for :func:`launch` to start.
 
-    ``cluster`` is checked (loopback addresses only, the ports of the tasks to start free);
-    the plan's ``workdir`` holds a function target's call and results and is the caller's to
-    remove.
+    ``cluster`` is checked (loopback addresses or ``hosts`` only, the ports of the tasks to
+    start here free); a task on one of ``hosts`` runs behind that host's command prefix. The
+    plan's ``workdir`` holds a function target's call and results and is the caller's to remove.
     """
-    cluster = check_loopback(cluster)
+    hosts = _check_hosts(hosts)
+    cluster = check_loopback(cluster, hosts)
     wanted = _chosen_tasks(cluster, tasks)
-    _check_ports(cluster, wanted)
+    # Ports on the caller's hosts are theirs to check: they are not this machine's.
+    _check_ports(cluster, [(r, i) for r, i in wanted
+                           if parse_address(cluster[r][i])[0] not in hosts])
     python = python or sys.executable
     workdir = tempfile.mkdtemp(prefix="tfdistributed-launch-")
     try:
@@ -180,6 +197,8 @@ def _plan_launch(target, cluster, tasks=None, *, env=None, args=(), python=None,
         base = _base_env(env, python, is_function)
         planned = [_plan_task(cluster, role, i, n, argv, base, python, workdir, is_function)
                    for n, (role, i) in enumerate(wanted)]
+        for task in planned:
+            task.argv[:0] = hosts.get(parse_address(task.address)[0], [])
         for task in planned if prepare_task is not None else ():
             prepare_task(task)
     except BaseException:
@@ -437,7 +456,7 @@ def _read_values(plan: LaunchPlan, results: list) -> None:
 
 def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max_restarts=0,
            env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
-           rscript="Rscript", cwd=None, prepare_task=None, grace=5.0, show_all=False,
+           rscript="Rscript", cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False,
            backend="local", **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
@@ -469,8 +488,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, see ``_runtime``) unless ``env`` or
             this process's environment sets that variable.
         args: command-line arguments for a script, positional arguments for a function.
-        cluster: an explicit cluster dict (loopback addresses only; restarts reuse its
-            addresses); default ``local_cluster(workers, ps, chief)``, new at each restart.
+        cluster: an explicit cluster dict (loopback addresses, or those of ``hosts``; restarts
+            reuse its addresses); default ``local_cluster(workers, ps, chief)``, new at each
+            restart.
         tasks: start only these ``(task_type, task_index)`` pairs of the cluster (the others are
             expected to be started elsewhere, e.g. by hand with their TF_CONFIG).
         on_output: called with each ``"[worker 0] line"`` from the calling thread (the R
@@ -482,6 +502,14 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             order (again at each restart); it may change the plan's ``env`` and ``argv`` and
             set its ``preexec_fn`` (e.g. to pin each task to a CPU, as ``bench/pinning.py``
             does).
+        hosts: hosts you set up yourself, each with the command prefix that starts a process
+            on it, e.g. ``{"10.77.0.2": ["ip", "netns", "exec", "ns0"]}`` (a network
+            namespace; ``["ssh", "node1"]`` has the same shape). The ``cluster`` may then name
+            them; a task at ``host:port`` runs as ``prefix + argv``, with its ``env``
+            (``ip netns exec`` keeps it; a remote shell does not). Other non-loopback addresses
+            stay refused. Each task checks that its address is its host's
+            (:func:`tfdistributed.cluster.check_own_address`). At the timeout, the list of
+            tasks that never joined cannot see sockets on other hosts: it names them all.
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
         show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
@@ -501,7 +529,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             port cannot be used; ``.results`` has every task's outcome (of the last attempt).
         LaunchTimeoutError: the job did not finish within ``timeout``; the message names the
             tasks that never joined the cluster and those still running.
-        ClusterConfigError: ``cluster`` or ``tasks`` is invalid, or not on 127.0.0.1.
+        ClusterConfigError: ``cluster`` or ``tasks`` is invalid, or not on 127.0.0.1 or
+            ``hosts``.
         ArgumentTypeError: a wrong argument, or an option of another backend.
 
     Example:
@@ -520,19 +549,22 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
                                  on_output=on_output, echo=echo, python=python, rscript=rscript,
                                  cwd=cwd, show_all=show_all,
                                  local_only=dict(cluster=cluster, tasks=tasks,
-                                                 prepare_task=prepare_task))
+                                                 prepare_task=prepare_task, hosts=hosts))
     if backend_options:
         raise ArgumentTypeError(f"Unknown argument(s) {sorted(backend_options)} for launch() on the "
                                 f"local backend; they are options of backend='slurm' or 'ray'.")
     import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
     timeout = _check_timeout(timeout)
+    if cluster is None and hosts is not None:
+        raise ArgumentTypeError("`hosts` names where the tasks of an explicit `cluster` run: "
+                                "pass the `cluster` whose addresses are on those hosts too.")
     counts = None
     if cluster is None:
         counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0), bool(chief))
     restarts = Restarts(max_restarts, Relay(echo=echo, on_output=on_output, show_all=show_all))
     options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript, cwd=cwd,
-                   prepare_task=prepare_task)
+                   prepare_task=prepare_task, hosts=hosts)
     started = time.monotonic()
     return restarting(lambda attempt: _run_attempt(
         target, cluster or local_cluster(*counts), options, attempt, restarts.relay, grace,
@@ -590,7 +622,7 @@ def run_server(config=None) -> None:
     """
     import tensorflow as tf
 
-    from .cluster import read_tf_config
+    from .cluster import check_own_address, read_tf_config
 
     config = read_tf_config(config)
     if not config:
@@ -600,6 +632,7 @@ def run_server(config=None) -> None:
             "run_server() serves a worker or ps task, and this TF_CONFIG has no \"task\" (it "
             "describes the coordinator): give the server its task, e.g. "
             "{\"task\": {\"type\": \"worker\", \"index\": 0}}.")
+    check_own_address(config)
     task = config["task"]
     server = tf.distribute.Server(
         tf.train.ClusterSpec(config["cluster"]), job_name=task["type"], task_index=task["index"],

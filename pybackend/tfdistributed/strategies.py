@@ -29,7 +29,7 @@ import re
 
 from . import compat, slurm
 from ._args import as_int
-from .cluster import num_workers, read_tf_config, sync_tf_config
+from .cluster import check_own_address, num_workers, read_tf_config, sync_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
 
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage",
@@ -178,6 +178,7 @@ def _multi_worker_mirrored(cluster_resolver=None, communication_options=None, **
             raise StrategyError(
                 "This process is the evaluator, which is not part of the training cluster: create "
                 "a local strategy for it ('auto' does, or 'default' / 'mirrored').")
+        check_own_address(config)
     try:
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=cluster_resolver, communication_options=communication_options)
@@ -212,6 +213,7 @@ def _parameter_server(cluster_resolver=None, variable_partitioner=None, **_):
                 f"training only the chief creates the strategy (in a cluster without a chief: the "
                 f"coordinator, whose TF_CONFIG has no \"task\"). Workers and ps tasks run "
                 f"tfdistributed.run_server() (the launcher does this for you).")
+        check_own_address(config)
         cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.experimental.ParameterServerStrategy(
         cluster_resolver, variable_partitioner=variable_partitioner)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from . import _entry, checkpoints, compat, ps
-from ._args import as_int
+from ._args import as_int, as_verbose
 from .cluster import is_chief
 from .data import plan_input
 from .errors import ArgumentTypeError, TrainingError
@@ -96,6 +96,7 @@ def _shared_seed(seed, shuffle, strategy, placement):
 
 
 def _verbose(verbose):
+    verbose = as_verbose(verbose)
     if verbose == "auto":
         if not is_chief():
             return 0

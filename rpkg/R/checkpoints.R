@@ -39,13 +39,8 @@ save_model_distributed <- function(model, path, overwrite = TRUE) {
 #' @rdname save_model_distributed
 #' @export
 load_model_distributed <- function(path, strategy = NULL, compile = TRUE) {
-  path <- as_string(path)
-  # TODO(backend): checkpoints.load_model() names a missing file itself; until then, here.
-  if (!file.exists(path)) {
-    tfd_abort("Model file '", path, "' does not exist; save one with save_model_distributed().")
-  }
   with_backend(backend()$checkpoints$load_model(
-    path.expand(path), strategy = strategy, compile = as_flag(compile)))
+    path.expand(as_string(path)), strategy = strategy, compile = as_flag(compile)))
 }
 
 #' @rdname save_model_distributed

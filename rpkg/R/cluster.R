@@ -222,9 +222,12 @@ clear_tf_config <- function() {
 #' or the coordinator of a parameter-server cluster without a chief (`TRUE`
 #' without TF_CONFIG). Saving functions such as [save_model_distributed()]
 #' never let the evaluator write training checkpoints, although it is a chief.
-#' `num_workers()`: how many tasks run training steps (chief and workers; the
-#' workers of a parameter-server cluster; 1 for the evaluator and without
-#' TF_CONFIG).
+#' `num_workers()`: how many tasks hold training replicas, i.e. the hosts a
+#' training step runs on: chief and workers in a multi-worker cluster (the chief
+#' trains too); only the workers in a parameter-server cluster (TensorFlow's
+#' `worker_count` counts the chief there as well, but it only coordinates); 1
+#' for the evaluator and without TF_CONFIG. For a global batch size use
+#' [global_batch_size()], which counts each host's devices too.
 
 #'
 #' @param config A TF_CONFIG (list or JSON text); default this process's.

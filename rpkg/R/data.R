@@ -73,12 +73,7 @@ check_sharding <- function(dataset, num_shards = num_workers(), policy = NULL) {
 #'   global_batch_size(32, distribute_strategy("default"))
 #' }
 global_batch_size <- function(per_replica, strategy = NULL) {
-  as.integer(with_backend({
-    # TODO(backend): global_batch_size() checks its strategy itself; until then, ask the
-    # backend's own check (strategy_kind) here.
-    if (!is.null(strategy)) backend()$strategy_kind(strategy)
-    backend()$global_batch_size(as_integer(per_replica), strategy)
-  }))
+  as.integer(with_backend(backend()$global_batch_size(as_integer(per_replica), strategy)))
 }
 
 #' R arrays as a batched, shardable `tf.data` dataset
@@ -107,7 +102,7 @@ dataset_from_arrays <- function(x, y = NULL, batch_size = 32, shuffle = FALSE, s
 # R data -> NumPy array with the dtype Keras expects. An R vector would become a Python list
 # (Keras: "Unrecognized data type"), so every input is an explicit array: doubles -> float32,
 # integers -> int32 (labels), a factor -> 0-based int32 codes, a data frame -> float32 matrix.
-to_numpy <- function(x, name) {
+to_numpy <- function(x, name, call = rlang::caller_env()) {
   if (is.null(x) || is_py(x)) {
     return(x)
   }
@@ -115,7 +110,8 @@ to_numpy <- function(x, name) {
     bad <- names(x)[!vapply(x, function(col) is.numeric(col) || is.logical(col), logical(1))]
     if (length(bad)) {
       tfd_abort("`", name, "` is a data frame with non-numeric column(s) ", paste(bad, collapse = ", "),
-            ": convert them to numbers first (e.g. model.matrix(~ ., ", name, ")).")
+            ": convert them to numbers first (e.g. model.matrix(~ ., ", name, ")).",
+            call = call)
     }
     x <- data.matrix(x)
   }
@@ -125,21 +121,21 @@ to_numpy <- function(x, name) {
   if (is.list(x)) {
     # A named list is one array per named input of the model (a Python dict).
     if (length(x) && !is.null(names(x)) && all(nzchar(names(x)))) {
-      arrays <- lapply(names(x), function(n) to_numpy(x[[n]], paste0(name, "$", n)))
+      arrays <- lapply(names(x), function(n) to_numpy(x[[n]], paste0(name, "$", n), call = call))
       return(reticulate::py_dict(as.list(names(x)), arrays))
     }
     tfd_abort("`", name, "` must be a numeric matrix, array, vector or data frame (or a named list ",
           "of them, one per named model input), got an unnamed list. ",
-          "For a dataset use dataset_from_arrays() or load_tfds().")
+          "For a dataset use dataset_from_arrays() or load_tfds().", call = call)
   }
   if (!is.numeric(x) && !is.logical(x)) {
-    tfd_abort("`", name, "` must be numeric, got ", describe(x), ".")
+    tfd_abort("`", name, "` must be numeric, got ", describe(x), ".", call = call)
   }
   if (anyNA(x)) {
-    tfd_abort("`", name, "` contains NA: remove or impute missing values before training.")
+    tfd_abort("`", name, "` contains NA: remove or impute missing values before training.", call = call)
   }
   if (length(x) == 0) {
-    tfd_abort("`", name, "` is empty.")
+    tfd_abort("`", name, "` is empty.", call = call)
   }
   dtype <- if (is.integer(x)) "int32" else "float32"
   if (is.null(dim(x))) {

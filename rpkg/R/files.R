@@ -88,18 +88,14 @@ write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord
 #' }
 dataset_from_files <- function(dir, label, batch_size = 32, features = NULL,
                                shuffle_files = FALSE, seed = NULL, shard_policy = "file") {
-  dir <- as_string(dir)
-  # TODO(backend): read_shards() names a missing directory itself; until then, here.
-  if (!dir.exists(dir)) {
-    tfd_abort("Directory '", dir, "' does not exist; write it first with write_dataset_shards().")
-  }
+  dir <- path.expand(as_string(dir))
   label <- as_string(label)
   batch_size <- as_integer(batch_size)
   if (!is.null(features) && (!is.character(features) || anyNA(features))) {
     tfd_abort("`features` must be a character vector of column names, got ", describe(features), ".")
   }
   with_backend(backend()$read_shards(
-    normalizePath(dir), label, batch_size = batch_size, features = py_list(features),
+    dir, label, batch_size = batch_size, features = py_list(features),
     shuffle_files = as_flag(shuffle_files), seed = as_integer(seed),
     shard_policy = as_string(shard_policy)
   ))

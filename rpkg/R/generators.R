@@ -85,7 +85,7 @@ dataset_from_generator <- function(generator, prefetch = 8) {
           describe(generator), ".", class = "tfdistributed_generator_error")
   }
   # The backend's feed holds `prefetch` batches: its rule, checked now rather than at fit().
-  prefetch <- with_backend(backend()$`_args`$as_int(as_integer(prefetch), "prefetch", minimum = 1L))
+  prefetch <- with_backend(backend()$generators$BatchFeed$check_capacity(as_integer(prefetch)))
   args <- names(formals(generator))
   known <- c("worker_index", "num_workers")
   unknown <- setdiff(args, c(known, "..."))

@@ -23,7 +23,12 @@ tfd <- NULL
 #'
 #' There is no Keras R package here: models are built through reticulate, e.g.
 #' `keras$Sequential(list(keras$layers$Dense(64L, activation = "relu")))`.
-#' Integers passed to Keras must be R integers (`64L`).
+#' Integers passed to Keras must be R integers (`64L`), except in a model's
+#' `$fit()`, `$evaluate()` and `$predict()`: there R values are converted as
+#' [fit_distributed()] converts them (R vectors and arrays become NumPy arrays,
+#' whole doubles such as `64 * 2` become integers, `validation_data` may be an
+#' R list and `class_weight` a named R list or vector), and a value that cannot
+#' be converted is an R error naming the argument.
 #'
 #' @format A Python module proxy created by [reticulate::import()].
 #' @examples

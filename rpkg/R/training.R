@@ -11,9 +11,10 @@
 #' integers int32), data frames of numeric columns, factors as labels
 #' (0-based codes), and named lists of those for models with named inputs.
 #' Or pass a `tf.data.Dataset` yielding `(inputs, targets)` batches of the
-#' global batch size as `x`. Keras' own `model$fit()` works under every
-#' strategy too once the package is loaded (the Keras repairs are installed
-#' when Python starts).
+#' global batch size as `x`. Keras' own `model$fit()`, `model$evaluate()` and
+#' `model$predict()` work under every strategy too once the package is loaded
+#' (the Keras repairs are installed when Python starts), and take R values
+#' converted by the same rules as `fit_distributed()` (see [keras]).
 #'
 #' @param model A compiled Keras model, built inside `with(strategy$scope(), ...)`.
 #' @param x Inputs (see Details) or a `tf.data.Dataset`.
@@ -122,20 +123,21 @@ evaluate_distributed <- function(model, x, y = NULL, strategy = NULL, batch_size
 
 # list(x, y[, sample_weight]) -> a Python tuple of arrays; an R array -> a NumPy array. Which
 # shapes are valid validation data is the backend's rule.
-validation_arg <- function(validation_data) {
+validation_arg <- function(validation_data, call = rlang::caller_env()) {
   if (is.null(validation_data) || is_py(validation_data)) {
     return(validation_data)
   }
   if (!is.list(validation_data) || is.data.frame(validation_data)) {
-    return(to_numpy(validation_data, "validation_data"))
+    return(to_numpy(validation_data, "validation_data", call = call))
   }
   names <- c("validation x", "validation y", "validation sample_weight")
   parts <- Map(to_numpy, validation_data,
-               c(names, rep("validation_data", length(validation_data)))[seq_along(validation_data)])
+               c(names, rep("validation_data", length(validation_data)))[seq_along(validation_data)],
+               MoreArgs = list(call = call))
   do.call(reticulate::tuple, unname(parts))
 }
 
-class_weight_arg <- function(class_weight) {
+class_weight_arg <- function(class_weight, call = rlang::caller_env()) {
   if (is.null(class_weight)) {
     return(NULL)
   }
@@ -143,13 +145,13 @@ class_weight_arg <- function(class_weight) {
   if (!(is.numeric(class_weight) || is.list(class_weight)) || is.null(names(class_weight)) ||
       anyNA(classes)) {
     tfd_abort("`class_weight` must be named by class index, e.g. c(\"0\" = 1, \"1\" = 2.5), got ",
-              describe(class_weight), ".")
+              describe(class_weight), ".", call = call)
   }
   weights <- as.numeric(unlist(class_weight))
   reticulate::py_dict(as.list(classes), as.list(weights))
 }
 
-callbacks_arg <- function(callbacks) {
+callbacks_arg <- function(callbacks, call = rlang::caller_env()) {
   if (is.null(callbacks)) {
     return(NULL)
   }
@@ -158,7 +160,7 @@ callbacks_arg <- function(callbacks) {
   }
   if (!is.list(callbacks) || !all(vapply(callbacks, is_py, logical(1)))) {
     tfd_abort("`callbacks` must be a Keras callback or a list of them ",
-          "(e.g. keras$callbacks$EarlyStopping()), got ", describe(callbacks), ".")
+          "(e.g. keras$callbacks$EarlyStopping()), got ", describe(callbacks), ".", call = call)
   }
   callbacks
 }

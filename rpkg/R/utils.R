@@ -101,13 +101,9 @@ as_number <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env())
 # levels exist is the backend's rule.
 as_verbose <- function(verbose, call = rlang::caller_env()) {
   if (rlang::is_bool(verbose)) {
-    verbose <- as.integer(verbose)
-  } else if (is.numeric(verbose)) {
-    verbose <- as_integer(verbose, "verbose", call = call)
+    return(as.integer(verbose))
   }
-  # TODO(backend): fit()/evaluate() check `verbose` themselves; until then, the backend's check
-  # is asked here.
-  with_backend(backend()$`_args`$as_verbose(verbose), call = call)
+  if (is.numeric(verbose)) as_integer(verbose, "verbose", call = call) else verbose
 }
 
 # A named R list or vector (names required: it becomes Python keyword arguments or a dict).

@@ -86,6 +86,8 @@ CASES = [
     ("unknown shard policy", lambda t: tfd.with_shard_policy(__import__("tensorflow").data.Dataset.range(3), "files"), ShardingError, "Did you mean 'file'"),
     ("global batch from a double", lambda t: tfd.global_batch_size(32.0), ArgumentTypeError, "per_replica=32, not 32.0"),
     ("TFDS dataset not prepared", lambda t: tfd.load_tfds("sklearn_digits", "train", t), TFDistributedError, "write_digits_tfds()"),
+    ("global batch of a non-strategy", lambda t: tfd.global_batch_size(32, "mirrored"), ArgumentTypeError, "make_strategy('mirrored')"),
+    ("shards directory missing", lambda t: tfd.read_shards(t / "missing", "y", batch_size=2), TFDistributedError, "write_shards()"),
     ("x and y of different lengths", lambda t: tfd.make_dataset(np.zeros((4, 2)), np.zeros(3), batch_size=2), ArgumentTypeError, "must match"),
     # training
     ("batch size not divisible by replicas", _fit(batch_size=63), TrainingError, "global_batch_size(31, strategy)"),
@@ -94,6 +96,9 @@ CASES = [
     ("model built outside the scope", lambda t: tfd.fit(_model("default"), *_xy(), strategy=tfd.make_strategy("mirrored")), TrainingError, "inside the strategy's scope"),
     ("model not compiled", lambda t: tfd.fit(_model(compiled=False), *_xy()), TrainingError, "model.compile"),
     ("batch_size with a dataset", lambda t: tfd.fit(_model(), __import__("tensorflow").data.Dataset.from_tensor_slices(_xy()).batch(8), batch_size=8), ArgumentTypeError, "global_batch_size(per_replica, strategy)"),
+    ("verbose level unknown", _fit(verbose=3), ArgumentTypeError, '"auto", 0, 1 or 2'),
+    ("Keras' own fit with a float batch", lambda t: _model().fit(*_xy(), batch_size=8.0), ArgumentTypeError, "batch_size=8, not 8.0"),
+    ("model file missing", lambda t: tfd.checkpoints.load_model(t / "none.keras"), TrainingError, "save_model(model, path)"),
     ("not a Keras model", lambda t: tfd.evaluate("model", *_xy()), ArgumentTypeError, "needs a Keras model"),
     # launching
     ("script that does not exist", lambda t: tfd.launch(str(t / "missing.py"), timeout=10), LaunchError, "does not exist"),

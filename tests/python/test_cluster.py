@@ -198,6 +198,17 @@ def test_roles_as_tensorflow_defines_them():
     assert tfd.num_workers(evaluator) == 1
 
 
+def test_num_workers_counts_the_hosts_of_training_replicas_not_a_coordinating_chief():
+    """A global batch computed from num_workers() must not count the parameter-server chief,
+    which runs no step (TensorFlow's worker_count counts it)."""
+    from tensorflow.python.distribute import multi_worker_util
+
+    cluster = {"chief": ["h:10"], "worker": ["h:1", "h:2"], "ps": ["h:3"]}
+    for role, index in [("chief", 0), ("worker", 1), ("ps", 0)]:
+        assert tfd.num_workers(tfd.tf_config(cluster, role, index)) == 2
+    assert multi_worker_util.worker_count(cluster, "chief") == 3
+
+
 # No NUL: a bare string is set as the TF_CONFIG text itself, and no environment variable can
 # hold one (os.environ refuses it before any reader sees it).
 _text = st.one_of(st.text(st.characters(exclude_characters="\x00"), max_size=8),

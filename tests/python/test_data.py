@@ -274,3 +274,20 @@ def test_plan_checks_shards_of_a_multi_worker_dataset(digits_tfds_dir):
                                        shard_policy="data").dataset()) == "data"
     # The parameter-server chief evaluates by itself: nothing to shard there.
     assert plan_input("evaluate", train, kind="parameter_server", workers=2).dataset() is train
+
+
+def test_parameter_server_epochs_of_arrays_that_do_not_divide_are_announced(caplog):
+    """A parameter-server epoch is whole global batches of a repeating input: with 70 examples
+    at 32, epochs do not end where one device's do, and the log says so with the fix."""
+    import logging
+
+    from tfdistributed.data import plan_input
+
+    x, y, _ = _arrays(70)
+    with caplog.at_level(logging.WARNING, logger="tfdistributed.data"):
+        assert plan_input("fit", x, y, kind="parameter_server", batch_size=32).steps_per_epoch() == 2
+        assert plan_input("fit", x[:64], y[:64], kind="parameter_server",
+                          batch_size=32).steps_per_epoch() == 2
+    [record] = caplog.records
+    assert "an epoch is 2 whole global batches of 32 (64 of the 70 examples)" in record.getMessage()
+    assert "use a batch_size that divides 70" in record.getMessage()

@@ -227,3 +227,54 @@ def test_an_uneven_last_batch_updates_as_one_device_and_needs_the_repair():
                 for a, b in zip(got["weights"], one["weights"])))
             # Without the repair the last step's update is halved: epoch 2 differs visibly.
             assert same == (state == "on"), (state, name, got["loss"], one["loss"])
+
+
+# What Keras would fail on deep inside (a TensorFlow op error for batch_size=8.0, "Unrecognized
+# data type" and a page of numbers for a list, an IndexError for a list of labels) is refused
+# first, by name, under every strategy; what Keras takes is unchanged.
+KERAS_CALL_MISTAKES = {
+    "fit_float_batch": (lambda m, x, y: m.fit(x, y, batch_size=8.0, verbose=0),
+                        "`batch_size` must be an integer"),
+    "fit_float_epochs_positional": (lambda m, x, y: m.fit(x, y, 32, 2.0, 0),
+                                    "`epochs` must be an integer"),
+    "fit_list_labels": (lambda m, x, y: m.fit(x, y.tolist(), verbose=0), "`y` is a list of numbers"),
+    "fit_list_inputs": (lambda m, x, y: m.fit(x.tolist(), y, verbose=0), "`x` is a list of numbers"),
+    "fit_validation_list": (lambda m, x, y: m.fit(x, y, validation_data=(x, y.tolist()), verbose=0),
+                            r"`validation_data\[1\]` is a list of numbers"),
+    "evaluate_float_steps": (lambda m, x, y: m.evaluate(x, y, steps=2.0, verbose=0),
+                             "`steps` must be an integer"),
+    "predict_float_batch": (lambda m, x, y: m.predict(x, batch_size=16.0, verbose=0),
+                            "`batch_size` must be an integer"),
+}
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+@pytest.mark.parametrize("case", list(KERAS_CALL_MISTAKES))
+def test_keras_calls_name_the_argument_keras_would_fail_on(digits, strategy_name, case):
+    from models import digits_model
+
+    (x, y), _ = digits
+    model = digits_model(tfd.make_strategy(strategy_name))
+    call, expected = KERAS_CALL_MISTAKES[case]
+    with pytest.raises(tfd.ArgumentTypeError, match=expected):
+        call(model, x[:64], y[:64])
+
+
+def test_keras_calls_keep_what_keras_takes(digits):
+    """Integer counts of any integer type, arrays, lists of arrays (several inputs) and the
+    signature (help(), positional arguments) are Keras' own."""
+    import inspect
+
+    import keras
+
+    from models import digits_model
+
+    (x, y), _ = digits
+    model = digits_model(tfd.make_strategy("default"))
+    history = model.fit(x[:128], y[:128], np.int64(64), np.int32(2), 0, shuffle=False)
+    assert len(history.history["loss"]) == 2
+    assert list(inspect.signature(model.fit).parameters)[:4] == ["x", "y", "batch_size", "epochs"]
+    a, b = keras.Input((2,)), keras.Input((3,))
+    two = keras.Model([a, b], keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
+    two.compile("sgd", "mse")
+    two.fit([np.ones((8, 2)), np.ones((8, 3))], np.ones((8, 1)), batch_size=4, verbose=0)

@@ -52,6 +52,7 @@ print(json.dumps({"file": tfd.__file__, "version": tfd.__version__,
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])
 def test_installs_into_a_fresh_venv_and_trains(dist, tmp_path, kind):
     artifact = next(dist.glob("*.whl" if kind == "wheel" else "*.tar.gz"))

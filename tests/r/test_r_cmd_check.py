@@ -28,6 +28,7 @@ def _run(cmd, cwd, env):
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("R") is None, reason="R is not installed")
 def test_r_cmd_check_has_no_error_or_warning(r_package, tmp_path):
     env = r_env()

@@ -5,11 +5,14 @@ import json
 import subprocess
 import time
 
+import pytest
+
 from rsupport import ROOT, r_env
 
 TIMEOUT = 600
 
 
+@pytest.mark.slow
 def test_testthat_suite_passes(r_package):
     t0 = time.monotonic()
     proc = subprocess.run(["Rscript", "tests/r/run_testthat.R", "rpkg/tests/testthat"], cwd=ROOT,

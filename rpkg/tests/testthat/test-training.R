@@ -99,3 +99,24 @@ test_that("the history converts to a data frame, prints and plots", {
   expect_gt(file.size(path), 0)
   expect_error(plot(history, metrics = "accuracy"), "Nothing to plot", class = "tfdistributed_error")
 })
+
+test_that("positional arguments get Keras' parameter names as Python would bind them", {
+  params <- c("x", "y", "batch_size", "epochs", "verbose")
+  named <- name_positional(list(1, 2, epochs = 3, 4), params)
+  expect_identical(names(named), c("x", "y", "epochs", "batch_size"))
+  expect_identical(names(name_positional(list(), params)), character())
+})
+
+test_that("model$fit() takes R vectors and doubles; what R cannot convert names the argument", {
+  skip_if_no_backend()
+  model <- linear_model()
+  x <- matrix(seq_len(12) / 12, 4, 3)
+  history <- model$fit(x, c(a = 1, b = 2, c = 3, d = 4), batch_size = 2, epochs = 2, verbose = 0)
+  expect_length(unlist(history$history$loss), 2)
+  expect_length(model$evaluate(x, c(1, 2, 3, 4), batch_size = 2, verbose = 0), 1)
+  expect_identical(dim(model$predict(x, batch_size = 2, verbose = 0)), c(4L, 1L))
+  err <- expect_error(model$fit(x, 1:4, batch_size = 2.5), class = "tfdistributed_error")
+  expect_match(conditionMessage(err), "`batch_size` must be a single whole number")
+  expect_match(format(err$call), "^model\\$fit\\(")
+  expect_error(model$fit(x, c(1, NA, 3, 4)), "`y` contains NA", class = "tfdistributed_error")
+})

@@ -35,8 +35,14 @@ test_that("verbose accepts auto, 0-2 and logicals; the backend names the valid l
   expect_identical(as_verbose("auto"), "auto")
   expect_identical(as_verbose(2), 2L)
   expect_identical(as_verbose(FALSE), 0L)
-  expect_error(as_verbose(3), 'must be "auto", 0, 1 or 2', class = "tfdistributed_error")
-  expect_error(as_verbose("loud"), "verbose", class = "tfdistributed_error")
+  # Which levels exist is the backend's rule, checked by fit() and evaluate() themselves.
+  model <- linear_model()
+  x <- matrix(1, 4, 3)
+  expect_error(fit_distributed(model, x, 1:4, verbose = 3), 'must be "auto", 0, 1 or 2',
+               class = "tfdistributed_argument_type_error")
+  expect_error(evaluate_distributed(model, x, 1:4, verbose = "loud"), "verbose",
+               class = "tfdistributed_argument_type_error")
+  expect_error(as_verbose(1.5), "`verbose` must be a single whole number", class = "tfdistributed_error")
 })
 
 test_that("the project's .venv is found by walking up from a subdirectory", {
