@@ -59,7 +59,7 @@ import tempfile
 import time
 
 from ._args import as_int
-from ._job import ATTEMPT_ENV
+from ._job import ATTEMPT_ENV, PREEMPTED_EXIT_CODE
 from ._output import Relay, error_summary, how_it_ended
 from ._restarts import Restarts, failure_of, restarting
 from .cluster import format_address, tf_config
@@ -314,7 +314,8 @@ def _layout(workers, ps, chief) -> list:
 
 def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, directory=None,
                  job_name="tfdistributed", partition=None, time_limit=None, sbatch_args=(),
-                 srun_args=(), python=None, rscript="Rscript", argv=None) -> str:
+                 srun_args=(), python=None, rscript="Rscript", argv=None,
+                 preemption_notice=120, requeue=True) -> str:
     """The ``sbatch`` script that runs ``target`` as a SLURM job (to print, keep or submit).
 
     Every task runs the target through ``python -m tfdistributed._slurm_task``, which sets its
@@ -331,6 +332,14 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
             ``tfdistributed-$SLURM_JOB_ID`` in the submission directory.
         job_name, partition: ``sbatch --job-name`` / ``--partition``.
         time_limit: minutes for ``sbatch --time`` (SLURM stops the job then).
+        preemption_notice: with ``time_limit``, seconds before it at which SLURM sends the tasks
+            SIGTERM (``--signal=TERM@N``; SLURM may send it up to a minute early). A training
+            script calling ``fit(backup_dir=...)`` then backs up at its next backup step and
+            exits with status 75 (:data:`tfdistributed.PREEMPTED_EXIT_CODE`). None: no notice.
+        requeue: let SLURM requeue the job when it preempts it or loses a node
+            (``--requeue``), and requeue it from the script when the tasks stopped because
+            they were told to (status 75), so it resumes from its backup by itself.
+            ``launch(backend="slurm")`` passes False: it resubmits under ``max_restarts``.
         sbatch_args, srun_args: more options, e.g. ``["--gres=gpu:1"]``, ``["--resv-ports"]``.
         python, rscript: interpreters on the nodes (default: this Python, ``Rscript``).
         argv: the command each task runs, instead of the one derived from ``target``.
@@ -371,6 +380,11 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
         lines.append(f"#SBATCH --partition={partition}")
     if time_limit:
         lines.append(f"#SBATCH --time={int(math.ceil(time_limit))}")
+        if preemption_notice:
+            notice = as_int(preemption_notice, "preemption_notice", minimum=1)
+            lines.append(f"#SBATCH --signal=TERM@{notice}")
+    if requeue:
+        lines.append("#SBATCH --requeue")
     lines += [f"#SBATCH {a}" for a in sbatch_args]
     exports = {PS_VARIABLE: str(int(ps)), CHIEF_VARIABLE: str(int(bool(chief or ps))),
                "PYTHONUNBUFFERED": "1", "TFDISTRIBUTED_LAUNCHED": "1",
@@ -381,8 +395,13 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
     lines += [f"export {k}={q(v)}" for k, v in exports.items()]
     srun = ["srun", "--kill-on-bad-exit=1", '--output="$JOBDIR/task-%t.out"', *map(q, srun_args),
             q(python), "-m", "tfdistributed._slurm_task", '"$JOBDIR"', "--", *map(q, argv)]
-    lines += ["", " ".join(srun), ""]
-    return "\n".join(lines)
+    lines += ["", " ".join(srun)]
+    if requeue:
+        # The tasks stopped because they were told to (a preemption notice), with a backup
+        # written: back in the queue, the job resumes from it.
+        lines += ["status=$?", f'if [ "$status" -eq {PREEMPTED_EXIT_CODE} ]; then',
+                  '  scontrol requeue "$SLURM_JOB_ID"', "fi", 'exit "$status"']
+    return "\n".join(lines) + "\n"
 
 
 class _Tail:
@@ -450,7 +469,8 @@ def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, 
         # The function may live in a module importable only from this process's sys.path.
         task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
-                          job_name=job_name, partition=partition,
+                          job_name=job_name, partition=partition, requeue=False,
+                          preemption_notice=None,
                           time_limit=timeout / 60 + 1, sbatch_args=[f"--chdir={base}", *sbatch_args],
                           srun_args=srun_args, python=python, rscript=rscript, argv=argv)
     script_path = os.path.join(jobdir, "job.sh")

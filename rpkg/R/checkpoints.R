@@ -61,6 +61,9 @@ export_saved_model_distributed <- function(model, path) {
 #' chief-only automatically.
 #'
 #' @param backup_dir Directory for the backup; deleted when training completes.
+#' @param save_freq `"epoch"` or a number of steps between backups (as in
+#'   Keras' own callback, which restores at the start of the epoch; for a
+#'   resume at the step, use [fit_distributed()]'s `save_freq`).
 #' @return A Keras callback.
 #' @export
 #' @examples
@@ -68,6 +71,7 @@ export_saved_model_distributed <- function(model, path) {
 #'   callback <- backup_and_restore(file.path(tempdir(), "backup"))
 #'   class(callback)[[1]]
 #' }
-backup_and_restore <- function(backup_dir) {
-  with_backend(backend()$checkpoints$BackupAndRestore(path.expand(as_string(backup_dir))))
+backup_and_restore <- function(backup_dir, save_freq = "epoch") {
+  with_backend(backend()$checkpoints$BackupAndRestore(as_path(backup_dir),
+                                                      save_freq = as_save_freq(save_freq)))
 }

@@ -62,8 +62,8 @@
 #' launch_cluster("train.R", workers = 2, backend = "ray")
 #' }
 launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
-                           env = NULL, args = NULL, echo = TRUE, backend = "local",
-                           max_restarts = 0, ...) {
+                           env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
+                           max_restarts = 0) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)

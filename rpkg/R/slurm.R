@@ -36,6 +36,13 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #' @param script Path of the `.R` or `.py` training script.
 #' @param workers Number of worker tasks.
 #' @param args Command-line arguments for the script.
+#' @param preemption_notice With a `time_limit`, seconds before it at which
+#'   SLURM sends the tasks SIGTERM (`--signal`): a script whose
+#'   [fit_distributed()] has a `backup_dir` backs up and exits with status 75.
+#'   `NULL`: no notice.
+#' @param requeue Let SLURM requeue the job (`--requeue`), and requeue it when
+#'   its tasks stopped on a preemption notice (status 75), so that it resumes
+#'   from its backup by itself.
 #' @param ... `slurm_script()`: options of the batch script: `partition`,
 #'   `time_limit` (minutes), `sbatch_args`, `srun_args`, `job_name`,
 #'   `directory`, `env`.
@@ -50,9 +57,11 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #'   writeLines("library(tfdistributed)", script)
 #'   cat(slurm_script(script, workers = 2, partition = "cpu"))
 #' }
-slurm_script <- function(script, workers = 2, ps = 0, chief = FALSE, args = NULL, ...) {
+slurm_script <- function(script, workers = 2, ps = 0, chief = FALSE, args = NULL,
+                         preemption_notice = 120, requeue = TRUE, ...) {
   with_backend(backend()$slurm$slurm_script(
     normalizePath(as_string(script), mustWork = FALSE), workers = as_integer(workers),
     ps = as_integer(ps), chief = as_flag(chief), args = py_list(as.character(args)),
-    rscript = file.path(R.home("bin"), "Rscript"), ...))
+    rscript = file.path(R.home("bin"), "Rscript"),
+    preemption_notice = as_integer(preemption_notice), requeue = as_flag(requeue), ...))
 }

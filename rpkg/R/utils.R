@@ -125,7 +125,8 @@ check_named <- function(x, arg = rlang::caller_arg(x), what = "a named character
 # (TensorFlow, Keras) keep their own message and type name.
 with_backend <- function(expr, call = rlang::caller_env()) {
   force(call)
-  tryCatch(expr, python.builtin.Exception = function(e) {
+  tryCatch(expr, python.builtin.SystemExit = function(e) exit_as_asked(e, call),
+           python.builtin.Exception = function(e) {
     if (inherits(e, "tfdistributed.errors.TFDistributedError")) {
       message <- tryCatch(e$message_for("r"), error = function(err) python_message(e))
       tfd_abort(message, class = python_error_class(e), call = call)
@@ -133,6 +134,19 @@ with_backend <- function(expr, call = rlang::caller_env()) {
     tfd_abort(class(e)[[1]], ": ", python_message(e), class = "tfdistributed_python_error",
               call = call)
   })
+}
+
+# A preempted fit() (SIGTERM with a backup_dir) backs up, then asks to exit with status 75 so
+# that launch_cluster(max_restarts =) or the scheduler restarts the job. From Rscript, that is
+# what happens (an R error would exit with 1, an ordinary failure); an interactive session gets
+# an R error of class tfdistributed_preempted instead of being closed.
+exit_as_asked <- function(e, call) {
+  status <- tryCatch(as.integer(e$code), error = function(err) 1L)
+  if (!interactive()) {
+    quit(save = "no", status = if (length(status) == 1 && !is.na(status)) status else 1L)
+  }
+  tfd_abort("Training stopped to be restarted (a preemption notice): the backup is written; ",
+            "run the job again to resume.", class = "tfdistributed_preempted", call = call)
 }
 
 python_message <- function(e) {

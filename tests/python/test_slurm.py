@@ -204,6 +204,20 @@ def test_slurm_script_is_a_batch_script_to_keep(tmp_path):
         tfd.slurm_script(_task_and_argument)
 
 
+def test_slurm_script_asks_for_a_preemption_notice_and_requeues_a_preempted_job():
+    script = tfd.slurm_script(str(SCRIPTS / "mwms_digits.py"), workers=2, time_limit=60)
+    assert "#SBATCH --time=60\n#SBATCH --signal=TERM@120\n#SBATCH --requeue\n" in script
+    # Tasks that stopped on the notice (status 75, backup written) put the job back in the queue.
+    assert script.rstrip().endswith('if [ "$status" -eq 75 ]; then\n  scontrol requeue '
+                                    '"$SLURM_JOB_ID"\nfi\nexit "$status"')
+    plain = tfd.slurm_script(str(SCRIPTS / "mwms_digits.py"), time_limit=60,
+                             preemption_notice=None, requeue=False)
+    assert "--signal" not in plain and "requeue" not in plain
+    assert "--signal" not in tfd.slurm_script(str(SCRIPTS / "mwms_digits.py"))  # no time limit
+    with pytest.raises(tfd.ArgumentTypeError, match="preemption_notice"):
+        tfd.slurm_script(str(SCRIPTS / "mwms_digits.py"), time_limit=60, preemption_notice=1.5)
+
+
 def test_backend_arguments_are_checked_before_anything_starts():
     with pytest.raises(tfd.ArgumentTypeError, match="'local', 'slurm' or 'ray'.*Did you mean 'slurm'"):
         tfd.launch(_task_and_argument, backend="slrum")
