@@ -33,7 +33,7 @@ from .demo_data import digits_arrays, write_digits_tfds
 from .generators import GeneratorError, read_shards, write_shards
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      ShardingError, StrategyError, TFDistributedError, TrainingError)
-from .launch import LaunchResult, TaskResult, launch, run_server
+from .launch import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch, run_server
 from .slurm import slurm_script, tf_config_from_slurm
 from .strategies import (STRATEGY_NAMES, canonical_name, configure_cpu_devices, make_strategy,
                          strategy_info, strategy_kind)
@@ -53,7 +53,7 @@ _compat.install()
 data.register_dataset_check(generators.refuse_r_generator_on_main_thread)
 
 __all__ = [
-    "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES", "checkpoints", "loops",
+    "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES", "checkpoints", "loops",
     "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
     "GeneratorError", "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",

@@ -1,5 +1,5 @@
 """Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief]
-[--backend local|slurm|ray] [--partition P] script [args]``."""
+[--max-restarts N] [--backend local|slurm|ray] [--partition P] script [args]``."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks (needs --chief)")
     p.add_argument("--chief", action="store_true", help="add a chief task")
     p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="restart the whole job up to N times after a failure (default 0)")
     p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
                    help="where the tasks run (default: local processes on 127.0.0.1)")
     p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
@@ -60,12 +62,15 @@ def main(argv=None) -> int:
         parser.error("--partition applies to --backend slurm")
     try:
         result = launch(ns.script, workers=ns.workers, ps=ns.ps, chief=ns.chief, args=ns.args,
-                        timeout=ns.timeout or DEFAULT_TIMEOUT, backend=ns.backend, **options)
+                        timeout=ns.timeout or DEFAULT_TIMEOUT, max_restarts=ns.max_restarts,
+                        backend=ns.backend, **options)
     except TFDistributedError as e:
         print(f"tfdistributed: {e}", file=sys.stderr)
         return 1
     names = ", ".join(f"{t.name}: {t.returncode}" for t in result.tasks)
-    print(f"tfdistributed: all tasks finished in {result.seconds:.1f} s ({names})", file=sys.stderr)
+    restarted = f" after {result.restarts} restart(s)" if result.restarts else ""
+    print(f"tfdistributed: all tasks finished in {result.seconds:.1f} s{restarted} ({names})",
+          file=sys.stderr)
     return 0
 
 

@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 
 from .errors import ArgumentTypeError, LaunchError
 
+# The exit status of a task that stopped because it was told to (SIGTERM: a spot VM reclaimed,
+# a SLURM or Kubernetes eviction), not because it failed: "try again later" (BSD's EX_TEMPFAIL).
+# launch(max_restarts=...) restarts such a job without taking it for a bug.
+PREEMPTED_EXIT_CODE = 75
+
+# Each task's attempt of a restarted job, 0-based (0: the first start).
+ATTEMPT_ENV = "TFDISTRIBUTED_ATTEMPT"
+
 
 @dataclass
 class TaskResult:
@@ -31,11 +39,19 @@ class TaskResult:
 
 @dataclass
 class LaunchResult:
-    """What :func:`launch` returns when every task succeeded."""
+    """What :func:`launch` returns when every task succeeded.
+
+    ``tasks`` are the tasks of the attempt that succeeded; ``restarts`` counts the restarts
+    before it; ``attempts`` has one dict per attempt, ``{"attempt": n, "task": "worker 1",
+    "ended": "was killed by signal 9", "error": <its error line>, "preempted": False}``, the
+    last one (the successful one) with ``task``, ``ended`` and ``error`` None.
+    """
 
     cluster: dict
     tasks: list
     seconds: float
+    restarts: int = 0
+    attempts: list = field(default_factory=list)
 
     @property
     def values(self) -> list:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from ._job import PREEMPTED_EXIT_CODE
+
 # TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
 # TF_CPP_MIN_LOG_LEVEL cannot silence them), and its complaint that a machine without a GPU has
 # no CUDA driver: kept in each task's output, not streamed nor quoted in errors.
@@ -35,21 +37,31 @@ def clean_line(raw: str) -> str:
     return line
 
 
+def error_line(lines) -> str:
+    """A failed task's exception line (its last), or else its last line of output ("" if none):
+    one line that says what went wrong, to compare the failures of two attempts of a job."""
+    kept = [ln.strip() for ln in lines if not NOISE.match(ln) and ln.strip()]
+    errors = [ln for ln in kept if _ERROR_LINE.match(ln)]
+    return (errors or kept or [""])[-1]
+
+
 def error_summary(lines) -> str:
     """The last output of a failed task for an error message: its exception line first (it can
     be followed by pages of other output), then the tail."""
     kept = [ln for ln in lines if not NOISE.match(ln)]
-    errors = [ln for ln in kept if _ERROR_LINE.match(ln.strip())]
     tail = "\n".join(kept[-_TAIL:])
-    if errors:
-        return f"Its error: {errors[-1].strip()}\nIts last output:\n{tail}"
+    if any(_ERROR_LINE.match(ln.strip()) for ln in kept):
+        return f"Its error: {error_line(kept)}\nIts last output:\n{tail}"
     return f"Its last output:\n{tail}"
 
 
 def how_it_ended(returncode: int) -> str:
-    """``"exited with status 3"`` or ``"was killed by signal 9"`` (a negative return code)."""
+    """``"exited with status 3"``, ``"was killed by signal 9"`` (a negative return code), or
+    ``"was preempted (exit status 75)"`` (:data:`~tfdistributed._job.PREEMPTED_EXIT_CODE`)."""
     if returncode < 0:
         return f"was killed by signal {-returncode}"
+    if returncode == PREEMPTED_EXIT_CODE:
+        return f"was preempted (exit status {returncode})"
     return f"exited with status {returncode}"
 
 

@@ -10,7 +10,12 @@ that is deleted afterwards.
 - :func:`save_model` / :func:`load_model` / :func:`export_saved_model` wrap Keras saving with it.
 - :class:`BackupAndRestore`: Keras' fault-tolerance callback, made multi-worker safe: every
   worker *restores* from the chief's backup (``backup_dir`` must be on storage all workers
-  share), only the chief writes it.
+  share), only the chief writes it. Its files are written aside and renamed into place (a task
+  stopped mid-save leaves the previous backup whole), and with ``save_freq=N`` steps,
+  :func:`tfdistributed.fit` resumes in the middle of an epoch (:func:`resume_point`), where
+  Keras would redo the whole epoch (keras-team/keras#19179). While :func:`tfdistributed.fit`
+  trains, a SIGTERM (a preemption notice) makes every worker stop at the next backup, once it
+  is written, with :data:`~tfdistributed.PREEMPTED_EXIT_CODE` (:func:`watching_preemption`).
 - :func:`safe_callbacks`: what :func:`tfdistributed.fit` applies to the callbacks it is given, so
   ``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard`` and ``CSVLogger`` of non-chief
   workers write to temporary paths that are removed when training ends.
@@ -18,10 +23,15 @@ that is deleted afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import shutil
+import signal
+import threading
 
+from ._job import PREEMPTED_EXIT_CODE
 from .cluster import is_checkpoint_writer, read_tf_config
 from .errors import TrainingError
 
@@ -169,6 +179,11 @@ def _backup_and_restore_class():
         resume at the same epoch with the same weights; only the chief writes there, the others
         write to a temporary directory that is removed when training ends.
 
+        With ``save_freq=N`` steps it backs up every N steps. Given to plain ``model.fit`` it
+        resumes, as Keras does, at the start of the epoch it was in; :func:`tfdistributed.fit`
+        (``backup_dir=..., save_freq=N``) resumes at the very step, as it skips the batches
+        already trained.
+
         Args:
             backup_dir: the backup directory (storage every worker shares).
             **kwargs: Keras' ``BackupAndRestore`` options (``save_freq``...).
@@ -180,9 +195,192 @@ def _backup_and_restore_class():
 
         def __init__(self, backup_dir, **kwargs):
             super().__init__(backup_dir, **kwargs)
+            # (epoch, step) to resume at, set by tfdistributed.fit once it has skipped the data
+            # already trained; None: resume at an epoch's start, as Keras does.
+            self.resume_at = None
+            # Set by a SIGTERM while tfdistributed.fit trains (watching_preemption).
+            self.preempted = False
+            self._skip_until = 0
+            # Steps of the current epoch a backup holds (Keras' "batch" cannot say: it is 0 both
+            # after an epoch and after its first step).
+            self._steps_done = 0
             _localize_backup(self)
 
+        def on_train_begin(self, logs=None):
+            super().on_train_begin(logs)
+            if self.resume_at is not None:
+                self.model._initial_epoch, self._skip_until = self.resume_at
+                _skip_trained_steps(self.model, self._skip_until)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            # Keras counts the epoch it writes in its metadata from 0 in every fit() and moves it
+            # on at each epoch's end only: a resumed job's step backups would say epoch 0.
+            self._current_epoch = epoch
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._skip_until = self._steps_done = 0
+            super().on_epoch_end(epoch, logs)
+            if self.save_freq == "epoch":
+                self._stop_if_preempted()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch < self._skip_until:  # a step trained before the restart: nothing to save
+                self._last_batch_seen = batch
+                return
+            if self._should_save_on_batch(batch):
+                self._steps_done = batch + 1
+                self._save_model()
+                self._stop_if_preempted()
+
+        def _stop_if_preempted(self):
+            _stop_if_preempted(self)
+
+        def _save_model(self):
+            _write_backup(self)
+
     return BackupAndRestore
+
+
+def _write_backup(callback) -> None:
+    """A :class:`BackupAndRestore`'s save: the weights (optimizer included), then the metadata.
+
+    Keras writes both in place: a task stopped meanwhile (launch() stops every task when one
+    fails) would leave a torn file, or new weights beside old metadata, and the job would
+    resume at the wrong step. Each is written aside and renamed into place; only the instant
+    between the two renames is unsafe.
+    """
+    os.makedirs(callback.backup_dir, exist_ok=True)
+    for path, previous in ((callback._weights_path, callback._prev_weights_path),
+                           (callback._training_metadata_path,
+                            callback._prev_training_metadata_path)):
+        if callback.double_checkpoint and os.path.exists(path):
+            shutil.copyfile(path, previous)
+    aside = os.path.join(callback.backup_dir, "saving.weights.h5")
+    callback.model.save_weights(aside, overwrite=True)
+    os.replace(aside, callback._weights_path)
+    with open(callback._training_metadata_path + ".saving", "w") as f:
+        json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
+                   "steps_done": callback._steps_done}, f)
+    os.replace(callback._training_metadata_path + ".saving", callback._training_metadata_path)
+
+
+def _stop_if_preempted(callback) -> None:
+    """At a backup, just written: exit with ``PREEMPTED_EXIT_CODE`` if any worker was told to.
+
+    Every worker learns whether any was (one scalar all-reduce per backup, none per step), so
+    all stop at the same step. TensorFlow's PreemptionCheckpointHandler agrees on a step too,
+    but then saves a tf.train.Checkpoint of its own (its manager, its run counter, restored
+    when it is built) from inside its run() wrapper: a second backup, beside the Keras one
+    fit() resumes from, that could disagree with it.
+    """
+    if not _anyone(callback.model, callback.preempted):
+        return
+    done, epoch = callback._steps_done, callback._current_epoch
+    where = f"after step {done} of epoch {epoch + 1}" if done else f"at the end of epoch {epoch}"
+    print(f"Preempted: backed up {where}; exiting with status {PREEMPTED_EXIT_CODE} to be "
+          f"restarted", flush=True)
+    raise SystemExit(PREEMPTED_EXIT_CODE)
+
+
+def _anyone(model, flag: bool) -> bool:
+    """Whether ``flag`` is set on any worker of the multi-worker job ``model`` trains in (on a
+    single worker: ``flag``)."""
+    import tensorflow as tf
+
+    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return flag
+    return int(_flag_sum(strategy)(tf.constant(int(flag)))) > 0
+
+
+@functools.lru_cache(maxsize=None)
+def _flag_sum(strategy):
+    """A traced all-reduce of one int over ``strategy``'s workers (eager collectives are slow
+    and TensorFlow warns at each)."""
+    import tensorflow as tf
+
+    @tf.function
+    def flag_sum(flag):
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: flag), axis=None)
+
+    return flag_sum
+
+
+@contextlib.contextmanager
+def watching_preemption(backup):
+    """While in the block, a SIGTERM (what SLURM, Kubernetes and spot VMs send before they stop
+    a task) sets ``backup.preempted`` instead of ending the process: training goes on to the
+    next backup, writes it, and every worker exits with ``PREEMPTED_EXIT_CODE`` (75), which
+    ``launch(max_restarts=...)`` restarts. Keep a backup's interval (``save_freq``) shorter
+    than the grace period before the SIGKILL.
+
+    Only the main thread can take signals: elsewhere the block changes nothing.
+
+    Args:
+        backup: this package's :class:`BackupAndRestore`, or None (nothing to back up).
+
+    Example:
+        >>> with watching_preemption(backup):    # doctest: +SKIP
+        ...     model.fit(x, y, callbacks=[backup])
+    """
+    if backup is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def notice(signum, frame):
+        backup.preempted = True
+
+    previous = signal.signal(signal.SIGTERM, notice)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _skip_trained_steps(model, steps: int) -> None:
+    """Make the next ``steps`` train steps of ``model`` do nothing (its data was skipped).
+
+    Keras runs every epoch from its first step; only the train function can be told to pass.
+    """
+    calls = steps // int(getattr(model, "steps_per_execution", 1) or 1)
+    if not calls:
+        return
+    train = model.train_function
+
+    def already_trained(iterator):
+        nonlocal calls
+        calls -= 1
+        if calls == 0:
+            model.train_function = train
+        return {}
+
+    model.train_function = already_trained
+
+
+def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
+    """``(epoch, step)`` at which a backed-up job resumes: the epoch (0-based) and the steps of
+    it already trained (0 at an epoch's start; ``(0, 0)`` without a backup).
+
+    Args:
+        backup_dir: the chief's backup directory (a :class:`BackupAndRestore`'s).
+        steps_per_epoch: the steps in one epoch.
+
+    Returns:
+        ``(epoch, step)``.
+
+    Example:
+        >>> resume_point("/shared/backup", 22)    # backed up after step 5 of epoch 2  # doctest: +SKIP
+        (1, 5)
+    """
+    path = os.path.join(os.fspath(backup_dir), "training_metadata.json")
+    if not os.path.exists(path):
+        return 0, 0
+    with open(path) as f:
+        metadata = json.load(f)
+    epoch, step = int(metadata["epoch"]), int(metadata.get("steps_done", 0))
+    if step >= steps_per_epoch:
+        return epoch + 1, 0
+    return epoch, step
 
 
 def _paths(callback) -> dict:

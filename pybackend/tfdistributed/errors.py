@@ -68,11 +68,17 @@ class TrainingError(TFDistributedError, RuntimeError):
 
 
 class LaunchError(TFDistributedError, RuntimeError):
-    """A task of a local cluster failed; ``results`` holds every task's outcome."""
+    """A task of a local cluster failed; ``results`` holds every task's outcome (of the last
+    attempt when the job was restarted), ``failure`` the failed task's ``{"task", "ended",
+    "error", "preempted"}`` (None when no task failed: a port in use, a timeout...),
+    ``attempts`` each attempt's failure (see :class:`~tfdistributed.LaunchResult`)."""
 
-    def __init__(self, message: str, results=None, *, hints: dict | None = None):
+    def __init__(self, message: str, results=None, *, hints: dict | None = None, failure=None,
+                 attempts=None):
         super().__init__(message, hints=hints)
         self.results = results
+        self.failure = failure
+        self.attempts = list(attempts or [])
 
 
 class LaunchTimeoutError(LaunchError, TimeoutError):

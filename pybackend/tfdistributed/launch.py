@@ -25,6 +25,9 @@ How it is built: :func:`launch` is a pipeline of three parts.
 - the *diagnosis* (:func:`_failure_message`, :func:`_timeout_message`): which task failed and
   how, or which tasks never joined the cluster.
 
+Around them, the restart policy of :mod:`tfdistributed._restarts` (``max_restarts=``): after a
+failure, the whole group again, with new ports and TF_CONFIG.
+
 The SLURM and Ray engines (``backend=``) reuse the target handling, results and output relay.
 """
 
@@ -48,8 +51,9 @@ import portpicker
 
 from . import _runtime
 from ._args import as_int
-from ._job import LaunchResult, TaskResult, _target_argv
+from ._job import ATTEMPT_ENV, PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, _target_argv
 from ._output import Relay, error_summary, how_it_ended
+from ._restarts import Restarts, failure_of, restarting
 from .cluster import ROLES, check_loopback, local_cluster, parse_address, tf_config
 from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
                      did_you_mean)
@@ -249,7 +253,6 @@ class _Supervisor:
         self.grace = grace
         self.tasks = [_Process(t) for t in plan.tasks]
         self.lines: queue.Queue = queue.Queue()
-        self.t0 = time.monotonic()
 
     def __enter__(self):
         return self
@@ -261,7 +264,6 @@ class _Supervisor:
         return False
 
     def start(self) -> None:
-        self.t0 = time.monotonic()
         for task in self.tasks:
             task.proc = subprocess.Popen(
                 task.plan.argv, env=task.plan.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
@@ -286,8 +288,12 @@ class _Supervisor:
                 return
             self.relay.send(line)
 
-    def wait(self, timeout: float) -> list:
-        """Supervise until the job is done; its results, or raise (every task then stopped)."""
+    def wait(self, timeout: float, started: float) -> list:
+        """Supervise until the job is done; its results, or raise (every task then stopped).
+
+        ``timeout`` counts from ``started`` (a ``time.monotonic()`` of the job's first start),
+        so that one timeout covers every attempt of a restarted job.
+        """
         primaries = [t for t in self.tasks if not t.server]
         vital = [t for t in self.tasks if not (self.plan.parameter_server
                                                and t.plan.task_type == "worker")]
@@ -305,10 +311,10 @@ class _Supervisor:
             if failed:
                 time.sleep(0.2)
                 self.stop(self.tasks)
-                raise LaunchError(_failure_message(failed[0]), self.results())
+                raise _task_failed(failed[0], self.results())
             if primaries and all(t.poll() == 0 for t in primaries):
                 break
-            if time.monotonic() - self.t0 > timeout:
+            if time.monotonic() - started > timeout:
                 self._time_out(timeout)
             time.sleep(0.05)
         self.stop([t for t in self.tasks if t.server])
@@ -333,10 +339,6 @@ class _Supervisor:
         return [TaskResult(t.plan.task_type, t.plan.task_index,
                            t.proc.returncode if t.proc else None, list(t.lines), None, t.server)
                 for t in self.tasks]
-
-    @property
-    def seconds(self) -> float:
-        return time.monotonic() - self.t0
 
 
 def _listening_ports(pids) -> set[int]:
@@ -421,6 +423,12 @@ def _failure_message(task: _Process) -> str:
             f"stopped. {error_summary(task.lines)}")
 
 
+def _task_failed(task: _Process, results) -> LaunchError:
+    """The error of an attempt in which ``task`` failed (its ``failure`` for the restarts)."""
+    return LaunchError(_failure_message(task), results,
+                       failure=failure_of(task.name, task.proc.returncode, task.lines))
+
+
 def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: list) -> str:
     """Why the job did not finish: the tasks that never joined the cluster (no server on their
     address: never started here, or started and not listening), and those still running."""
@@ -446,16 +454,24 @@ def _read_values(plan: LaunchPlan, results: list) -> None:
 
 # --- launch() ------------------------------------------------------------------------------------
 
-def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env=None, args=(),
-           cluster=None, tasks=None, on_output=None, echo=True, python=None, rscript="Rscript",
-           cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False, backend="local",
-           **backend_options):
+def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max_restarts=0,
+           env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
+           rscript="Rscript", cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False,
+           backend="local", **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
     calls ``make_strategy("auto")`` trains as one multi-worker (or parameter-server) job. Every
     line a task prints is streamed as ``[worker 1] ...``. On the first failed task, at the
     timeout, or on an interrupt, every process is stopped (nothing is left running).
+
+    With ``max_restarts=N``, a failed job is then started again as a whole, up to N times: new
+    ports and TF_CONFIG, and ``TFDISTRIBUTED_ATTEMPT`` (0, 1, ...) in every task's environment.
+    Each restart is announced in the output (``[tfdistributed] worker 1 was killed by signal 9
+    on attempt 1 of 3 (...); restarting the job``). A task that exits with
+    ``PREEMPTED_EXIT_CODE`` (75) was preempted, not failed: ``fit(backup_dir=...)`` resumes
+    from its backup. A task failing the same way (same end, same error line) on two attempts
+    in a row ends the job at once: restarting a bug only repeats it.
 
     Args:
         target: a ``.py`` script (run with ``python``), an ``.R`` script (run with ``rscript``),
@@ -464,13 +480,17 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         ps: number of parameter-server tasks; needs ``chief=True``. The workers and ps tasks
             then run TensorFlow servers and the target runs as the chief (the coordinator).
         chief: add a ``chief`` task.
-        timeout: seconds for the whole job; then every process is stopped.
+        timeout: seconds for the whole job, restarts included; then every process is stopped.
+        max_restarts: how many times a failed job is restarted (default 0; on every backend).
+            Each restart runs every task again: the script should resume from a backup
+            (``fit(backup_dir=...)``), or it starts over.
         env: extra environment variables for every task. Tasks get TensorFlow's pooling CPU
             allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, see ``_runtime``) unless ``env`` or
             this process's environment sets that variable.
         args: command-line arguments for a script, positional arguments for a function.
-        cluster: an explicit cluster dict (loopback addresses, or those of ``hosts``); default
-            ``local_cluster(workers, ps, chief)``.
+        cluster: an explicit cluster dict (loopback addresses, or those of ``hosts``; restarts
+            reuse its addresses); default ``local_cluster(workers, ps, chief)``, new at each
+            restart.
         tasks: start only these ``(task_type, task_index)`` pairs of the cluster (the others are
             expected to be started elsewhere, e.g. by hand with their TF_CONFIG).
         on_output: called with each ``"[worker 0] line"`` from the calling thread (the R
@@ -479,8 +499,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         python, rscript: the interpreters that run the tasks (default: this Python, ``Rscript``).
         cwd: the tasks' working directory (default: this process's).
         prepare_task: called with each task's :class:`TaskPlan` before any task starts, in start
-            order; it may change the plan's ``env`` and ``argv`` and set its ``preexec_fn``
-            (e.g. to pin each task to a CPU, as ``bench/pinning.py`` does).
+            order (again at each restart); it may change the plan's ``env`` and ``argv`` and
+            set its ``preexec_fn`` (e.g. to pin each task to a CPU, as ``bench/pinning.py``
+            does).
         hosts: hosts you set up yourself, each with the command prefix that starts a process
             on it, e.g. ``{"10.77.0.2": ["ip", "netns", "exec", "ns0"]}`` (a network
             namespace; ``["ssh", "node1"]`` has the same shape). The ``cluster`` may then name
@@ -489,6 +510,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
             stay refused. Each task checks that its address is its host's
             (:func:`tfdistributed.cluster.check_own_address`). At the timeout, the list of
             tasks that never joined cannot see sockets on other hosts: it names them all.
+        grace: seconds between SIGTERM and SIGKILL when stopping tasks.
         show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
             :func:`tfdistributed.slurm.launch_slurm`) or ``"ray"`` (Ray actors:
@@ -498,11 +520,13 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     Returns:
         A :class:`LaunchResult`: ``tasks`` holds each task's :class:`TaskResult` (exit code,
         output lines, return value), ``values`` the return values of a function target,
-        ``cluster`` the cluster that ran and ``seconds`` the wall time.
+        ``cluster`` the cluster that ran and ``seconds`` the wall time (of every attempt);
+        ``restarts`` and ``attempts`` say how often and why the job was restarted.
 
     Raises:
-        LaunchError: a task exited non-zero, or the target or a port cannot be used;
-            ``.results`` has every task's outcome.
+        LaunchError: a task exited non-zero (on every attempt, or the same way twice in a row,
+            when restarts are allowed: ``.attempts`` lists each failure), or the target or a
+            port cannot be used; ``.results`` has every task's outcome (of the last attempt).
         LaunchTimeoutError: the job did not finish within ``timeout``; the message names the
             tasks that never joined the cluster and those still running.
         ClusterConfigError: ``cluster`` or ``tasks`` is invalid, or not on 127.0.0.1 or
@@ -515,11 +539,15 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
         ...     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
         >>> launch(rank, workers=2, echo=False).values   # doctest: +SKIP
         [0, 1]
+        >>> launch("train.py", workers=2, max_restarts=3).restarts   # doctest: +SKIP
+        1
     """
+    max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
     if backend != "local":
         return _launch_elsewhere(backend, target, workers, ps, chief, backend_options, timeout=timeout,
-                                 env=env, args=args, on_output=on_output, echo=echo, python=python,
-                                 rscript=rscript, cwd=cwd, show_all=show_all,
+                                 max_restarts=max_restarts, env=env, args=args,
+                                 on_output=on_output, echo=echo, python=python, rscript=rscript,
+                                 cwd=cwd, show_all=show_all,
                                  local_only=dict(cluster=cluster, tasks=tasks,
                                                  prepare_task=prepare_task, hosts=hosts))
     if backend_options:
@@ -531,20 +559,31 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, env
     if cluster is None and hosts is not None:
         raise ArgumentTypeError("`hosts` names where the tasks of an explicit `cluster` run: "
                                 "pass the `cluster` whose addresses are on those hosts too.")
+    counts = None
     if cluster is None:
-        cluster = local_cluster(as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
-                                bool(chief))
-    plan = _plan_launch(target, cluster, tasks, env=env, args=args, python=python, rscript=rscript,
-                       cwd=cwd, prepare_task=prepare_task, hosts=hosts)
+        counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0), bool(chief))
+    restarts = Restarts(max_restarts, Relay(echo=echo, on_output=on_output, show_all=show_all))
+    options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript, cwd=cwd,
+                   prepare_task=prepare_task, hosts=hosts)
+    started = time.monotonic()
+    return restarting(lambda attempt: _run_attempt(
+        target, cluster or local_cluster(*counts), options, attempt, restarts.relay, grace,
+        timeout, started), restarts)
+
+
+def _run_attempt(target, cluster, options, attempt: int, relay: Relay, grace, timeout, started):
+    """One attempt of the job: planned afresh, started, supervised until ``started + timeout``,
+    and cleaned up; its :class:`LaunchResult`, or the error raised with every task stopped."""
+    env = dict(options["env"] or {}, **{ATTEMPT_ENV: str(attempt)})
+    plan = _plan_launch(target, cluster, **dict(options, env=env))
     try:
-        with _Supervisor(plan, Relay(echo=echo, on_output=on_output, show_all=show_all),
-                         grace) as supervisor:
+        with _Supervisor(plan, relay, grace) as supervisor:
             supervisor.start()
-            results = supervisor.wait(timeout)
+            results = supervisor.wait(timeout, started)
             _read_values(plan, results)
     finally:
         shutil.rmtree(plan.workdir, ignore_errors=True)
-    return LaunchResult(cluster=plan.cluster, tasks=results, seconds=supervisor.seconds)
+    return LaunchResult(cluster=plan.cluster, tasks=results, seconds=time.monotonic() - started)
 
 
 def _launch_elsewhere(backend, target, workers, ps, chief, options, local_only, **common):

@@ -14,7 +14,8 @@ training loop is a function run inside Ray's worker process, so ``.R`` scripts, 
 codes and output, a timeout and cancelling one stuck task are not available; and its
 reporting/checkpoint API (``ray.train.report``) would put Ray code in the training script, which
 must not change between engines. What it adds, restarting the whole worker group after a
-failure, is ``max_failures`` here (the same meaning as Ray Train's ``FailureConfig``), and every
+failure, is ``max_restarts`` here, as on every engine (:mod:`tfdistributed._restarts`; also
+``max_failures``, the name of Ray Train's ``FailureConfig``), and every
 Ray option of the actors (``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
 ``scheduling_strategy``...) passes through ``ray_options``.
 
@@ -30,8 +31,10 @@ import sys
 import time
 
 from ._args import as_int
+from ._job import ATTEMPT_ENV
 from ._output import Relay, error_summary, how_it_ended
-from .errors import LaunchError, LaunchTimeoutError
+from ._restarts import Restarts, failure_of, restarting
+from .errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
 
 _RAY_MISSING = ("launch(..., backend='ray') needs Ray: pip install 'tfdistributed[ray]' (or "
                 "\"ray[train]==2.60.0\").")
@@ -180,8 +183,8 @@ def _import_ray():
 
 def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None, args=(),
                on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
-               show_all=False, address=None, ray_options=None, max_failures=0, grace=5.0,
-               poll=0.25):
+               show_all=False, address=None, ray_options=None, max_restarts=0, max_failures=0,
+               grace=5.0, poll=0.25):
     """Run ``target`` as a job of Ray actors; returns a :class:`~tfdistributed.launch.LaunchResult`.
 
     Also reached as ``launch(target, workers=N, backend="ray", ...)``.
@@ -191,8 +194,11 @@ def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
             ``RAY_ADDRESS``, else a local Ray with one CPU per task, shut down afterwards).
         ray_options: options for every task's actor (``ActorClass.options()``); default
             ``{"num_cpus": 1}``.
-        max_failures: run the whole job again this many times after a failed task (Ray Train's
-            ``FailureConfig(max_failures=...)``); a timeout is never retried.
+        max_restarts: run the whole job again up to this many times after a failed task, as
+            :func:`launch` does (announced, ``TFDISTRIBUTED_ATTEMPT`` in every task, the same
+            failure twice in a row ends the job); a timeout is never retried.
+        max_failures: the same, by the name of Ray Train's ``FailureConfig(max_failures=...)``
+            (give one or the other).
         python: the Python on the nodes (default: the one running each actor).
         timeout, env, args, on_output, echo, rscript, cwd, show_all, grace: as :func:`launch`.
             Script paths (and ``cwd``) must exist on every node (shared storage).
@@ -203,8 +209,8 @@ def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
         every actor is on this machine, else the nodes' addresses).
 
     Raises:
-        LaunchError: a task failed or its actor died (named), on the last attempt; or Ray is
-            not installed.
+        LaunchError: a task failed or its actor died (named), on the last attempt (``.attempts``
+            lists every attempt's failure); or Ray is not installed.
         LaunchTimeoutError: the job did not finish (or Ray could not place its tasks) in time.
 
     Example:
@@ -214,8 +220,8 @@ def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
         >>> launch_ray(rank, workers=2, echo=False).values   # doctest: +SKIP
         [0, 1]
     """
+    max_restarts = _restarts_asked(max_restarts, max_failures)
     ray = _import_ray()
-    max_failures = as_int(max_failures, "max_failures", minimum=0)
     started_here = not ray.is_initialized()
     if started_here:
         if address or os.environ.get("RAY_ADDRESS"):
@@ -223,24 +229,26 @@ def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
         else:
             n = as_int(workers, "workers", minimum=1) + as_int(ps, "ps", minimum=0) + int(bool(chief))
             start_local_ray(num_cpus=max(n, 2))
+    restarts = Restarts(max_restarts, Relay(echo=echo, on_output=on_output, show_all=show_all))
+    started = time.monotonic()
     try:
-        for attempt in range(max_failures + 1):
-            try:
-                return _run(ray, target, workers, ps, chief, timeout=float(timeout), env=env,
-                            args=args, on_output=on_output, echo=echo, python=python,
-                            rscript=rscript, cwd=cwd, show_all=show_all,
-                            ray_options=ray_options, grace=grace, poll=poll)
-            except LaunchTimeoutError:
-                raise
-            except LaunchError as e:
-                if attempt == max_failures:
-                    raise
-                if on_output is not None:
-                    on_output(f"[launch] attempt {attempt + 1} failed; running the job again "
-                              f"({max_failures - attempt} retries left): {str(e).splitlines()[0]}")
+        return restarting(lambda attempt: _run(
+            ray, target, workers, ps, chief, timeout=float(timeout), started=started,
+            env=dict(env or {}, **{ATTEMPT_ENV: str(attempt)}), args=args, python=python,
+            rscript=rscript, cwd=cwd, relay=restarts.relay, ray_options=ray_options, grace=grace,
+            poll=poll), restarts)
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _restarts_asked(max_restarts, max_failures) -> int:
+    max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
+    max_failures = as_int(max_failures, "max_failures", minimum=0)
+    if max_restarts and max_failures:
+        raise ArgumentTypeError(f"max_restarts ({max_restarts}) and max_failures "
+                                f"({max_failures}) are two names of one option: give one.")
+    return max_restarts or max_failures
 
 
 def _plan(target, workers, ps, chief, args, python, rscript):
@@ -249,7 +257,7 @@ def _plan(target, workers, ps, chief, args, python, rscript):
     import cloudpickle
 
     from .cluster import ROLES
-    from .errors import ArgumentTypeError, ClusterConfigError
+    from .errors import ClusterConfigError
     from ._job import _target_argv
 
     ps = as_int(ps, "ps", minimum=0)
@@ -364,7 +372,8 @@ class _RayJob:
                 self.stop_all()
                 raise LaunchError(f"Task {self.names[n]} {how_it_ended(self.codes[n])}; every "
                                   f"other task was stopped. {error_summary(self.lines[n])}",
-                                  self.results())
+                                  self.results(), failure=failure_of(
+                                      self.names[n], self.codes[n], self.lines[n]))
             if all(self.codes[n] == 0 for n in self.primaries):
                 return
             if time.monotonic() - self.t0 > timeout:
@@ -389,7 +398,9 @@ class _RayJob:
                 raise LaunchError(
                     f"Task {self.names[n]} was lost: its Ray actor died ({type(e).__name__}: "
                     f"{str(e).splitlines()[0] if str(e) else 'no reason given'}); every other "
-                    f"task was stopped. {error_summary(self.lines[n])}", self.results()) from None
+                    f"task was stopped. {error_summary(self.lines[n])}", self.results(),
+                    failure=failure_of(self.names[n], -9, self.lines[n],
+                                       ended="was lost (its Ray actor died)")) from None
             self.relay.emit(self.names[n], new, self.lines[n])
 
     def collect(self, is_function: bool) -> list:
@@ -402,16 +413,17 @@ class _RayJob:
         return out
 
 
-def _run(ray, target, workers, ps, chief, *, timeout, env, args, on_output, echo, python,
-         rscript, cwd, show_all, ray_options, grace, poll):
+def _run(ray, target, workers, ps, chief, *, timeout, started, env, args, python, rscript, cwd,
+         relay, ray_options, grace, poll):
+    """One attempt of the job; its timeout counts from ``started``, the job's first start."""
     from ._job import LaunchResult
 
     roles, argv, call_bytes = _plan(target, workers, ps, chief, args, python, rscript)
     job = _RayJob(ray, roles, as_int(ps, "ps", minimum=0) > 0,
-                  {"num_cpus": 1, **(ray_options or {})},
-                  Relay(echo=echo, on_output=on_output, show_all=show_all), grace)
+                  {"num_cpus": 1, **(ray_options or {})}, relay, grace)
+    job.t0 = started
     try:
-        cluster = job.place(timeout)
+        cluster = job.place(max(1.0, timeout - (time.monotonic() - started)))
         job.start(cluster, argv, call_bytes, env=env, python=python, cwd=cwd, timeout=timeout)
         job.wait(timeout, poll)
         out = job.collect(call_bytes is not None)

@@ -64,7 +64,9 @@ import tempfile
 import time
 
 from ._args import as_int
+from ._job import ATTEMPT_ENV
 from ._output import Relay, error_summary, how_it_ended
+from ._restarts import Restarts, failure_of, restarting
 from .cluster import format_address, tf_config
 from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 
@@ -582,7 +584,8 @@ class _SlurmJob:
         rcs = self.codes()
         raise LaunchError(f"Task {self.names[i]} {how_it_ended(rcs[i])} (SLURM job {self.job_id}, "
                           f"task {i}); the job was cancelled. {error_summary(self.lines[i])}",
-                          self.results(rcs))
+                          self.results(rcs),
+                          failure=failure_of(self.names[i], rcs[i], self.lines[i]))
 
     def _ended(self) -> bool:
         """SLURM no longer knows the job: True if every task succeeded, else raise."""
@@ -622,9 +625,9 @@ class _SlurmJob:
         return cluster, out
 
 
-def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None, args=(),
-                 on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
-                 show_all=False, directory=None, keep_files=False, partition=None,
+def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, max_restarts=0,
+                 env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
+                 cwd=None, show_all=False, directory=None, keep_files=False, partition=None,
                  sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25):
     """Run ``target`` as a SLURM job; returns a :class:`~tfdistributed.launch.LaunchResult`.
 
@@ -632,21 +635,24 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
     script of :func:`slurm_script` (``.py``, ``.R`` or a Python function, as :func:`launch`).
 
     Args:
-        timeout: seconds from submission until the job is cancelled (queue time included);
-            also given to SLURM (``--time``) in case this process dies.
+        timeout: seconds from submission until the job is cancelled (queue time included,
+            restarts too); also given to SLURM (``--time``) in case this process dies.
+        max_restarts: submit the whole job again up to this many times after a failed task, as
+            :func:`launch` restarts a local job (announced, ``TFDISTRIBUTED_ATTEMPT`` in every
+            task, the same failure twice in a row ends it).
         directory: the job's directory, on storage this machine and the nodes share; default a
             new directory under ``cwd`` (or the working directory), removed afterwards unless
-            ``keep_files``.
+            ``keep_files``. A restarted job's later attempts use ``attempt-<n>`` in it.
         partition, sbatch_args, srun_args, job_name: passed to ``sbatch`` / ``srun``.
         env, args, on_output, echo, python, rscript, show_all: as for :func:`launch`.
 
     Returns:
         A :class:`~tfdistributed.launch.LaunchResult`, as :func:`launch`'s; its ``job_id`` is
-        the SLURM job id and its ``cluster`` the cluster the tasks ran as.
+        the SLURM job id (of the last attempt) and its ``cluster`` the cluster the tasks ran as.
 
     Raises:
-        LaunchError: a task failed (the job is cancelled) or the job ended without its tasks;
-            ``.results`` has every task's outcome.
+        LaunchError: a task failed (the job is cancelled; on the last attempt) or the job ended
+            without its tasks; ``.results`` has every task's outcome.
         LaunchTimeoutError: the job did not finish in time (it is cancelled).
 
     Example:
@@ -654,27 +660,43 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
         >>> [t.returncode for t in result.tasks]                              # doctest: +SKIP
         [0, 0, 0, 0]
     """
+    timeout = float(timeout)
+    restarts = Restarts(as_int(max_restarts, "max_restarts", minimum=0),
+                        Relay(echo=echo, on_output=on_output, show_all=show_all))
+    roles = _layout(workers, ps, chief)
+    job = dict(target=target, workers=workers, ps=ps, chief=chief, roles=roles,
+               base=os.path.abspath(cwd or os.getcwd()), directory=directory,
+               keep_files=keep_files, on_output=on_output, poll=poll, timeout=timeout,
+               started=time.monotonic())
+    options = dict(args=args, python=python, rscript=rscript, job_name=job_name,
+                   partition=partition, sbatch_args=sbatch_args, srun_args=srun_args)
+    return restarting(lambda attempt: _run_job(
+        **job, relay=restarts.relay, options=dict(options, env=dict(
+            env or {}, **{ATTEMPT_ENV: str(attempt)})), attempt=attempt), restarts)
+
+
+def _run_job(target, workers, ps, chief, *, roles, base, directory, keep_files, on_output, poll,
+             timeout, started, relay, options, attempt):
+    """One attempt: the job written to a directory of its own, submitted, followed until
+    ``started + timeout`` and collected; its result, or the error (the job cancelled)."""
     from ._job import LaunchResult
 
-    timeout = float(timeout)
-    roles = _layout(workers, ps, chief)
-    base = os.path.abspath(cwd or os.getcwd())
     own_dir = directory is None
-    jobdir = tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=base) if own_dir else directory
+    jobdir = tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=base) if own_dir else \
+        os.path.join(directory, f"attempt-{attempt}") if attempt else directory
     os.makedirs(jobdir, exist_ok=True)
-    job = _SlurmJob(jobdir, roles, as_int(ps, "ps", minimum=0) > 0,
-                    Relay(echo=echo, on_output=on_output, show_all=show_all))
+    job = _SlurmJob(jobdir, roles, as_int(ps, "ps", minimum=0) > 0, relay)
     try:
         script_path, is_function = _write_job(
-            target, workers, ps, chief, jobdir=jobdir, base=base, timeout=timeout, env=env,
-            args=args, python=python, rscript=rscript, job_name=job_name, partition=partition,
-            sbatch_args=sbatch_args, srun_args=srun_args)
+            target, workers, ps, chief, jobdir=jobdir, base=base,
+            timeout=max(1.0, timeout - (time.monotonic() - started)), **options)
     except BaseException:
         if own_dir:
             shutil.rmtree(jobdir, ignore_errors=True)
         raise
     # Refused by sbatch: the directory stays, for the script the error names.
     job.submit(script_path, on_output)
+    job.t0 = started
     try:
         job.wait(timeout, poll)
         cluster, out = job.collect(is_function)
@@ -685,7 +707,7 @@ def launch_slurm(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=Non
     finally:
         if own_dir and not keep_files:
             shutil.rmtree(jobdir, ignore_errors=True)
-    result = LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - job.t0)
+    result = LaunchResult(cluster=cluster, tasks=out, seconds=time.monotonic() - started)
     result.job_id = job.job_id
     return result
 

@@ -110,7 +110,7 @@ def _verbose(verbose):
 def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, validation_data=None,
         validation_split=None, callbacks=None, shard_policy=None, steps_per_epoch=None,
         shuffle=True, seed=None, sample_weight=None, class_weight=None, verbose="auto",
-        check_shards=True, backup_dir=None, **fit_kwargs):
+        check_shards=True, backup_dir=None, save_freq="epoch", **fit_kwargs):
     """Train ``model`` under ``strategy`` (default: the strategy it was built under).
 
     Args:
@@ -138,7 +138,18 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         verbose: ``"auto"``: non-chief workers print nothing, and tasks of a launched job print
             one line per epoch.
         backup_dir: add a multi-worker-safe ``BackupAndRestore``: a restarted job resumes from
-            the last completed epoch.
+            its last backup (e.g. under ``launch(..., max_restarts=N)``); the backup is deleted
+            when training ends.
+        save_freq: when to back up: ``"epoch"`` (at each epoch's end; a restarted job redoes
+            the epoch it was in) or a number of steps N (arrays only, not under
+            ``parameter_server``): a restarted job resumes at the step of its last backup,
+            skipping the batches already trained, so it redoes at most N steps and, with
+            ``shuffle=False`` or a ``seed``, ends with the weights of an uninterrupted run.
+            The history then holds the epochs trained after the restart, the first one's
+            loss and metrics over its steps after the restart only. With a ``backup_dir``, a
+            SIGTERM (a preemption notice) makes every worker stop at the next backup, once
+            written, with exit status ``PREEMPTED_EXIT_CODE`` (75), for
+            ``launch(max_restarts=...)`` to restart.
         **fit_kwargs: passed to ``model.fit`` (under ``parameter_server``: ``initial_epoch``,
             ``validation_freq``, ``validation_steps`` and ``checkpoint_dir``).
 
@@ -148,19 +159,24 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
 
     Raises:
         TrainingError: the model was not built/compiled under the strategy, the batch size
-            does not divide over the replicas, or (on several workers) the model's
-            ``steps_per_execution`` is more than the batches of one pass over the data.
+            does not divide over the replicas, (on several workers) the model's
+            ``steps_per_execution`` is more than the batches of one pass over the data, or
+            ``save_freq`` in steps cannot resume this input.
         ArgumentTypeError: an argument of the wrong type, or one that does not apply to the
-            input (``batch_size``/``validation_split`` with a dataset).
+            input (``batch_size``/``validation_split`` with a dataset, ``save_freq`` without
+            ``backup_dir``).
         ShardingError: a dataset cannot be split over the workers.
 
     Example:
         >>> strategy = make_strategy("mirrored", num_cpu_devices=2)    # doctest: +SKIP
         >>> fit(model, x, y, epochs=10, batch_size=128, validation_split=0.2)  # doctest: +SKIP
+        >>> fit(model, x, y, epochs=10, batch_size=128, shuffle=False,
+        ...     backup_dir="/shared/backup", save_freq=20)    # doctest: +SKIP
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
+    save_freq = _check_save_freq(save_freq, backup_dir)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
     plan = plan_input("fit", x, y, **placement, batch_size=batch_size,
                       sample_weight=sample_weight, class_weight=class_weight,
@@ -171,21 +187,61 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                                validation=plan.validation is not None
                                and fit_kwargs.get("validation_steps") is None)
     callbacks = list(callbacks or [])
+    backup = None
     if backup_dir is not None:
-        callbacks.insert(0, checkpoints.BackupAndRestore(os.fspath(backup_dir)))
+        backup = checkpoints.BackupAndRestore(os.fspath(backup_dir), save_freq=save_freq)
+        callbacks.insert(0, backup)
     callbacks = checkpoints.safe_callbacks(callbacks)
     if plan.kind == "parameter_server":
+        _refuse_step_backups(save_freq, "parameter-server training (its coordinator runs the "
+                                        "steps)")
         return ps.fit_planned(model, plan, strategy=strategy, epochs=epochs, callbacks=callbacks,
                               steps_per_epoch=steps_per_epoch, verbose=_verbose(verbose),
                               **fit_kwargs)
     dataset, validation = plan.dataset(), plan.validation_dataset()
+    one_iterator = plan.source == "arrays" and steps_per_epoch is None
     dataset, steps_per_epoch = plan.epochs_from_one_iterator(dataset, steps_per_epoch,
                                                              _steps_per_execution(model))
-    with strategy.scope():
+    if save_freq != "epoch":
+        _refuse_step_backups(save_freq, None if one_iterator and steps_per_epoch else
+                             "this input: resuming skips the batches already trained, which "
+                             "needs arrays (x, y), no steps_per_epoch, and a steps_per_execution "
+                             "that divides the batches of an epoch")
+        dataset = _resume_mid_epoch(dataset, backup, backup_dir, steps_per_epoch)
+    with strategy.scope(), checkpoints.watching_preemption(backup):
         return compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
+
+
+def _check_save_freq(save_freq, backup_dir):
+    """``"epoch"`` or a number of steps >= 1, or an error that says which."""
+    if isinstance(save_freq, str) and save_freq == "epoch":
+        return save_freq
+    if isinstance(save_freq, str) or save_freq is None:
+        raise ArgumentTypeError(f'`save_freq` must be "epoch" or a number of steps, got '
+                                f'{save_freq!r}.', hints={"python": "E.g. save_freq=20.",
+                                                          "r": "E.g. save_freq = 20."})
+    save_freq = as_int(save_freq, "save_freq", minimum=1)
+    if backup_dir is None:
+        raise ArgumentTypeError(f"`save_freq` ({save_freq}) says how often to back up to "
+                                f"`backup_dir`, which is not given: pass backup_dir too.")
+    return save_freq
+
+
+def _refuse_step_backups(save_freq, why) -> None:
+    if save_freq != "epoch" and why:
+        raise TrainingError(f"save_freq={save_freq} (a backup every {save_freq} steps, resumed "
+                            f"at that step) does not apply to {why}. Use save_freq=\"epoch\".")
+
+
+def _resume_mid_epoch(dataset, backup, backup_dir, steps_per_epoch: int):
+    """``dataset`` without the batches trained before the backup's step, which ``backup`` is
+    told to resume at (every worker reads the chief's backup, so all skip alike)."""
+    epoch, step = checkpoints.resume_point(backup_dir, steps_per_epoch)
+    backup.resume_at = (epoch, step)
+    return dataset.skip(epoch * steps_per_epoch + step) if epoch or step else dataset
 
 
 def _steps_per_execution(model) -> int:

@@ -171,7 +171,8 @@ no_array_args <- function(what, y, batch_size, sample_weight) {
 fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_size = NULL,
                        validation_data = NULL, callbacks = NULL, shard_policy = NULL,
                        shuffle = TRUE, seed = NULL, steps_per_epoch = NULL,
-                       sample_weight = NULL, check_shards = TRUE,
+                       sample_weight = NULL, check_shards = TRUE, backup_dir = NULL,
+                       save_freq = "epoch",
                        verbose = getOption("tfdistributed.verbose", "auto"), ...) {
   refuse_raw_generator(x, "fit_distributed")
   no_array_args("fit_distributed", y, batch_size, sample_weight)
@@ -188,8 +189,9 @@ fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_si
   args <- list(
     strategy = strategy, epochs = as_integer(epochs),
     validation_data = validation_arg(validation_data), callbacks = callbacks_arg(callbacks),
-    steps_per_epoch = as_integer(steps_per_epoch),
-    check_shards = as_flag(check_shards), verbose = as_verbose(verbose), ...
+    steps_per_epoch = as_integer(steps_per_epoch), check_shards = as_flag(check_shards),
+    backup_dir = as_path(backup_dir), save_freq = as_save_freq(save_freq),
+    verbose = as_verbose(verbose), ...
   )
   history <- run_served(model, x, strategy, args, "fit", passes = NULL,
                         stream = !is.null(args$steps_per_epoch))

@@ -22,6 +22,14 @@
 #' @param env Named character vector of extra environment variables for every task.
 #' @param args Command-line arguments for the script.
 #' @param echo Print each task's output as it arrives.
+#' @param max_restarts How many times to restart the whole job after a task
+#'   fails or is preempted (exit status 75 after a SIGTERM, see
+#'   [fit_distributed()]'s `backup_dir`): every task is stopped and the job
+#'   starts again on new ports, announced in the output with the failed task,
+#'   its error line and the attempt. A task that fails the same way twice in a
+#'   row is a bug, not bad luck: the job stops there. An interrupt (Ctrl-C)
+#'   stops everything and restarts nothing. With `backup_dir` in the script's
+#'   `fit_distributed()`, a restarted job resumes from its last backup.
 #' @param backend Where the tasks run: `"local"` (processes on this machine),
 #'   `"slurm"` (a job submitted with `sbatch` from the script of
 #'   [slurm_script()]; each task's output is followed from its file, and the job
@@ -33,7 +41,11 @@
 #'   backend (`address`, `ray_options`, `max_failures`).
 #' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
 #'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
-#'   lines, `$seconds` the wall time, `$cluster` the cluster.
+#'   lines, `$seconds` the wall time, `$cluster` the cluster; `$restarts` the
+#'   number of restarts and `$attempts` a data frame with one row per attempt
+#'   (`attempt`, the failed `task`, how it `ended`, its `error` line,
+#'   `preempted`; `NA` for the attempt that succeeded). Tasks, output and
+#'   cluster are those of the last attempt.
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -50,7 +62,8 @@
 #' launch_cluster("train.R", workers = 2, backend = "ray")
 #' }
 launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
-                           env = NULL, args = NULL, echo = TRUE, backend = "local", ...) {
+                           env = NULL, args = NULL, echo = TRUE, backend = "local",
+                           max_restarts = 0, ...) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)
@@ -70,8 +83,8 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     normalizePath(script, mustWork = FALSE), workers = as_integer(workers), ps = as_integer(ps),
     chief = as_flag(chief), env = env_py, args = py_list(as.character(args)),
     on_output = on_output, echo = FALSE, rscript = file.path(R.home("bin"), "Rscript"),
-    backend = as_string(backend)), if (!is.null(timeout)) list(timeout = as_number(timeout)),
-    options)
+    backend = as_string(backend), max_restarts = as_integer(max_restarts)),
+    if (!is.null(timeout)) list(timeout = as_number(timeout)), options)
   result <- with_backend(do.call(backend()$launch, arguments))
   tasks <- result$tasks
   out <- structure(list(
@@ -86,9 +99,21 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     output = stats::setNames(lapply(tasks, function(t) as.character(unlist(t$output))),
                              vapply(tasks, function(t) t$name, "")),
     seconds = result$seconds,
-    backend = backend
+    backend = backend,
+    restarts = as.integer(result$restarts),
+    attempts = attempts_frame(result$attempts)
   ), class = "tfdistributed_launch")
   invisible(out)
+}
+
+# One row per attempt of the job; the failure columns are NA for the attempt that succeeded.
+attempts_frame <- function(attempts) {
+  field <- function(name, type) {
+    vapply(attempts, function(a) if (is.null(a[[name]])) type[NA_integer_] else a[[name]], type)
+  }
+  data.frame(attempt = field("attempt", integer(1)), task = field("task", character(1)),
+             ended = field("ended", character(1)), error = field("error", character(1)),
+             preempted = field("preempted", logical(1)), stringsAsFactors = FALSE)
 }
 
 merge_env <- function(env_py, ...) {
@@ -104,8 +129,18 @@ merge_env <- function(env_py, ...) {
 
 #' @export
 print.tfdistributed_launch <- function(x, ...) {
-  cat(sprintf("<tfdistributed launch: %d task%s, %.1f s>\n", nrow(x$tasks),
-              if (nrow(x$tasks) == 1) "" else "s", x$seconds))
+  restarts <- if (length(x$restarts) && x$restarts > 0) {
+    sprintf(", %d restart%s", x$restarts, if (x$restarts == 1) "" else "s")
+  } else {
+    ""
+  }
+  cat(sprintf("<tfdistributed launch: %d task%s, %.1f s%s>\n", nrow(x$tasks),
+              if (nrow(x$tasks) == 1) "" else "s", x$seconds, restarts))
+  failed <- x$attempts[!is.na(x$attempts$task), , drop = FALSE]
+  for (i in seq_len(nrow(failed))) {
+    cat(sprintf("  attempt %d: %s %s%s\n", failed$attempt[[i]] + 1L, failed$task[[i]],
+                failed$ended[[i]], if (isTRUE(failed$preempted[[i]])) " (preempted)" else ""))
+  }
   for (i in seq_len(nrow(x$tasks))) {
     cat(sprintf("  %s %d: exit %d\n", x$tasks$task_type[[i]], x$tasks$task_index[[i]],
                 x$tasks$returncode[[i]]))

@@ -38,6 +38,18 @@
 #' @param steps_per_epoch Steps per epoch (needed for infinite datasets).
 #' @param sample_weight Per-example weights (arrays only).
 #' @param check_shards Check that a dataset can be sharded before training.
+#' @param backup_dir A directory every worker can read (shared storage on a
+#'   real cluster): the chief backs training up there, and a job started again
+#'   (by hand, or by [launch_cluster()]'s `max_restarts`) resumes from the last
+#'   backup instead of from the start. Removed when training completes. With a
+#'   backup directory, a SIGTERM (the preemption notice of SLURM, Kubernetes or
+#'   a spot VM) makes every worker stop at the next backup, once written, with
+#'   exit status 75, which [launch_cluster()] restarts.
+#' @param save_freq When to back up: `"epoch"` (a restarted job redoes the
+#'   epoch it was in) or every N steps (arrays only, not under
+#'   `parameter_server`): a restarted job resumes at the step of its last
+#'   backup, so it redoes at most N steps and, with `shuffle = FALSE` or a
+#'   `seed`, ends with the weights of an uninterrupted run.
 #' @param verbose `"auto"`, 0, 1 or 2 (non-chief workers are quiet with `"auto"`).
 #'   Set `options(tfdistributed.verbose = 0)` to change the default.
 #' @param ... Passed to Keras `model$fit()` / `model$evaluate()`.
@@ -73,7 +85,7 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, bat
                             validation_data = NULL, validation_split = NULL, callbacks = NULL,
                             shard_policy = NULL, shuffle = TRUE, seed = NULL,
                             steps_per_epoch = NULL, sample_weight = NULL, class_weight = NULL,
-                            check_shards = TRUE,
+                            check_shards = TRUE, backup_dir = NULL, save_freq = "epoch",
                             verbose = getOption("tfdistributed.verbose", "auto"), ...) {
   # Data made by R code is served from R's main thread while training runs (generators.R).
   if (!missing(x) && is_generator_dataset(x)) {
@@ -91,7 +103,8 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, bat
     shard_policy = as_string(shard_policy, allow_null = TRUE), shuffle = as_flag(shuffle),
     seed = as_integer(seed), steps_per_epoch = as_integer(steps_per_epoch),
     sample_weight = to_numpy(sample_weight, "sample_weight"),
-    check_shards = as_flag(check_shards), verbose = as_verbose(verbose), ...
+    check_shards = as_flag(check_shards), backup_dir = as_path(backup_dir),
+    save_freq = as_save_freq(save_freq), verbose = as_verbose(verbose), ...
   ))
   as_tfdistributed_history(history)
 }
@@ -119,6 +132,15 @@ evaluate_distributed <- function(model, x, y = NULL, strategy = NULL, batch_size
     check_shards = as_flag(check_shards), verbose = as_verbose(verbose), ...
   ))
   unlist(result)
+}
+
+as_path <- function(path, arg = rlang::caller_arg(path), call = rlang::caller_env()) {
+  if (is.null(path)) NULL else path.expand(as_string(path, arg, call = call))
+}
+
+# "epoch" or a number of steps; which values are valid is the backend's rule.
+as_save_freq <- function(save_freq, call = rlang::caller_env()) {
+  if (is.numeric(save_freq)) as_integer(save_freq, "save_freq", call = call) else save_freq
 }
 
 # list(x, y[, sample_weight]) -> a Python tuple of arrays; an R array -> a NumPy array. Which

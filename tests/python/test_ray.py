@@ -101,7 +101,31 @@ def test_max_failures_runs_the_job_again(ray_cluster, tmp_path):
     result = tfd.launch(str(path), workers=1, backend="ray", timeout=120, echo=False,
                         max_failures=1, on_output=lines.append)
     assert result.tasks[0].output == ["second attempt"]
-    assert any("attempt 1 failed; running the job again" in line for line in lines)
+    assert result.restarts == 1
+    assert "[tfdistributed] worker 0 exited with status 1 on attempt 1 of 2 (first attempt " \
+           "fails); restarting the job" in lines
+
+
+def test_max_restarts_as_on_the_local_engine(ray_cluster, tmp_path):
+    # Each task knows its attempt; the same failure on two attempts in a row ends the job.
+    path = tmp_path / "attempts.py"
+    path.write_text(textwrap.dedent("""
+        import os
+        attempt = os.environ["TFDISTRIBUTED_ATTEMPT"]
+        if attempt == "0":
+            raise SystemExit("lost on attempt 0")
+        if os.environ.get("BUG"):
+            raise SystemExit("a bug")
+        print("attempt", attempt, flush=True)
+    """))
+    result = tfd.launch(str(path), workers=1, backend="ray", timeout=120, echo=False,
+                        max_restarts=1)
+    assert result.tasks[0].output == ["attempt 1"]
+    assert [a["error"] for a in result.attempts] == ["lost on attempt 0", None]
+    with pytest.raises(LaunchError, match="failed the same way on attempts 2 and 3") as info:
+        tfd.launch(str(path), workers=1, backend="ray", timeout=120, echo=False, max_restarts=5,
+                   env={"BUG": "1"})
+    assert len(info.value.attempts) == 3
 
 
 def test_timeout_stops_every_task(ray_cluster, tmp_path):

@@ -136,6 +136,27 @@ def test_failing_task_fails_the_job_fast_and_by_name(slurm_cluster, tmp_path):
     assert processes_running(str(path)) == []
 
 
+def test_max_restarts_submits_the_job_again(slurm_cluster, tmp_path):
+    path = tmp_path / "flaky.py"
+    path.write_text(textwrap.dedent("""
+        import json, os
+        attempt = os.environ["TFDISTRIBUTED_ATTEMPT"]
+        if attempt == "0" and json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            raise SystemExit("lost on attempt 0")
+        print("attempt", attempt, flush=True)
+    """))
+    lines = []
+    result = tfd.launch(str(path), workers=2, backend="slurm", timeout=120, echo=False,
+                        max_restarts=1, on_output=lines.append)
+    assert result.restarts == 1
+    assert [t.output for t in result.tasks] == [["attempt 1"], ["attempt 1"]]
+    assert [a["task"] for a in result.attempts] == ["worker 1", None]
+    assert "[tfdistributed] worker 1 exited with status 1 on attempt 1 of 2 (lost on attempt " \
+           "0); restarting the job" in lines
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
+    assert processes_running(str(path)) == []
+
+
 def test_timeout_cancels_the_job(slurm_cluster, tmp_path):
     path = tmp_path / "slow.py"
     path.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")

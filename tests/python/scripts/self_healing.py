@@ -1,0 +1,72 @@
+"""One task of a job that is interrupted and restarted (run by tfdistributed.launch).
+
+usage: self_healing.py OUTDIR [--epochs N] [--save-freq N] [--backup DIR] [--stop-at STEP]
+                       [--signal KILL|TERM] [--examples N]
+Writes OUTDIR/<task>-<index>.npz (weights) and .json (history, epochs, steps), and appends
+"<attempt> <step>" to OUTDIR/<task>-<index>.steps for every step it trains.
+--stop-at K: on the first attempt, worker 1 sends itself SIG<signal> once it has trained K
+steps (a machine lost, or a preemption notice, at a step the test chose).
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+import tfdistributed as tfd
+
+parser = argparse.ArgumentParser()
+parser.add_argument("outdir")
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--save-freq", default="epoch")
+parser.add_argument("--backup")
+parser.add_argument("--stop-at", type=int)
+parser.add_argument("--signal", default="KILL")
+parser.add_argument("--examples", type=int)
+ns = parser.parse_args()
+
+strategy = tfd.make_strategy("auto")
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from models import digits_model  # noqa: E402  (tests/python/models.py)
+
+info = tfd.strategy_info(strategy)
+name = f"{info['task_type']}-{info['task_index']}"
+attempt = os.environ.get("TFDISTRIBUTED_ATTEMPT", "0")
+
+
+class Steps(keras.callbacks.Callback):
+    """Logs each step trained (a step skipped on resuming trains nothing) and stops on cue."""
+
+    def __init__(self):
+        super().__init__()
+        self.last = None
+
+    def on_train_begin(self, logs=None):
+        self.last = int(self.model.optimizer.iterations.numpy())  # restored from a backup
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step == self.last:
+            return
+        self.last = step
+        with open(os.path.join(ns.outdir, name + ".steps"), "a") as f:
+            f.write(f"{attempt} {step}\n")
+        if step == ns.stop_at and attempt == "0" and name == "worker-1":
+            print(f"sending myself SIG{ns.signal} after step {step}", flush=True)
+            os.kill(os.getpid(), getattr(signal, "SIG" + ns.signal))
+
+
+model = digits_model(strategy, seed=1, learning_rate=0.01)
+(x, y), _ = tfd.digits_arrays()
+x, y = x[:ns.examples], y[:ns.examples]
+save_freq = ns.save_freq if ns.save_freq == "epoch" else int(ns.save_freq)
+history = tfd.fit(model, x, y, epochs=ns.epochs, batch_size=64, shuffle=False, verbose=2,
+                  backup_dir=ns.backup, save_freq=save_freq, callbacks=[Steps()])
+np.savez(os.path.join(ns.outdir, name + ".npz"), *model.get_weights())
+with open(os.path.join(ns.outdir, name + ".json"), "w") as f:
+    json.dump({"history": history.history, "epochs": history.epoch, "attempt": attempt,
+               "steps": int(model.optimizer.iterations.numpy())}, f)
+print(f"done on attempt {attempt}", flush=True)
