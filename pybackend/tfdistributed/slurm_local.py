@@ -123,7 +123,9 @@ class LocalSlurm:
         return done
 
     def _check_tools(self) -> None:
-        missing = [p for p in (*_DAEMONS, "nsenter", "srun", "sbatch", "sinfo", "scontrol")
+        needed = (*_DAEMONS, *(["nsenter"] if self.hosts else []), "srun", "sbatch", "sinfo",
+                  "scontrol")
+        missing = [p for p in needed
                    if shutil.which(p) is None and not os.path.exists(f"/usr/sbin/{p}")]
         if missing:
             raise LaunchError(
@@ -148,8 +150,8 @@ class LocalSlurm:
         ctld_port, slurmd_port = free_ports(2)
         first = _reserved_port_range()
         d = self.dir
-        # slurmctld accepts only this machine's name as its host; clients reach it at the
-        # first host's address when there are hosts.
+        # slurmctld knows its host by this machine's name (namespaces share it); clients and
+        # slurmds reach it at the first host's address when there are hosts.
         controller = f"{self.hostname}({self.hosts[0].address})" if self.hosts else self.hostname
         lines = [
             "ClusterName=tfdistributed",
