@@ -41,6 +41,8 @@ def start_cluster():
         slurm.start()
     except BaseException as e:
         bed.down()
+        if not isinstance(e, Exception):
+            raise
         pytest.fail(f"The 2-node SLURM cluster did not start, so SLURM across hosts cannot be "
                     f"tested here: {e}. Run scripts/setup.sh (as root) to install slurmd, "
                     f"slurmctld, slurm-client and munge.", pytrace=False)
