@@ -4,6 +4,10 @@
     .venv/bin/python bench/run.py --quick         # smoke test (< 4 min), bench/results-quick.*
     .venv/bin/python bench/run.py --only 6 --out bench/results-generator   # one group only
 
+Group 9, across hosts, is bench/hosts.py (root only): it has its own rounds and report
+(bench/results-hosts[-quick].md), so it runs once, as its own process, after the other groups,
+and this report says where its results went or why it failed.
+
 Every measured run is a fresh process (or a fresh local cluster) running bench/workloads.py,
 bench/r_fit.R or bench/r_generator.R. The arms of a benchmark alternate within each round, and
 their order flips every round (A B, B A, ...), so drift of this shared machine's load hits both alike; each ratio is the
@@ -33,6 +37,7 @@ WORKLOADS = HERE / "workloads.py"
 R_SCRIPT = HERE / "r_fit.R"
 R_GENERATOR = HERE / "r_generator.R"
 RESULT_TAG = "BENCH_RESULT"
+HOSTS_GROUP = "9. Across hosts (bench/hosts.py)"
 
 
 @dataclass(frozen=True)
@@ -255,6 +260,30 @@ def run_rounds(name, arms, cfg):
                 reason = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
                 arm.runs.append(reason)
                 print(f"[bench]   failed: {reason}", flush=True)
+
+
+def run_hosts_group(quick: bool) -> str:
+    """Run bench/hosts.py (``--quick`` too when ``quick``) once; a note on how it went."""
+    report = "bench/results-hosts-quick.md" if quick else "bench/results-hosts.md"
+    argv = [sys.executable, str(HERE / "hosts.py"), *(["--quick"] if quick else [])]
+    print(f"[bench] {HOSTS_GROUP} ...", flush=True)
+    # Its output is not captured: it shows its progress and its tables itself.
+    proc = subprocess.Popen(argv, env=base_env(), cwd=ROOT, stdin=subprocess.DEVNULL)
+    timeout = 600 if quick else 1800
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # SIGTERM, not SIGKILL: hosts.py deletes its network namespaces on the way out.
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return f"timed out after {timeout} s and was stopped"
+    if code != 0:
+        return f"failed with status {code} (its reason is in the output above it)"
+    return f"results in [{report}]({Path(report).name})"
 
 
 # --- turning runs into table rows --------------------------------------------------------------
@@ -495,7 +524,7 @@ process gets by default, PS servers cannot serve concurrent RPCs and the job han
 `on_train_batch_begin` (of the later worker)."""
 
 
-def write_report(rows, info, cfg, started, prefix: Path, command, quick):
+def write_report(rows, info, cfg, started, prefix: Path, command, quick, notes=()):
     plot_error = plot(rows, prefix.with_suffix(".png"))
     title = " (--quick smoke test: numbers not meaningful)" if quick else ""
     md = [f"# tfdistributed benchmarks{title}",
@@ -510,6 +539,7 @@ def write_report(rows, info, cfg, started, prefix: Path, command, quick):
           f"{cfg.cnn_epochs} x {cfg.cnn_examples_per_replica} images per replica, PS "
           f"{cfg.ps_epochs} x {cfg.ps_steps} steps", "", table(rows), "", "Notes:", ""]
     md += [f"- **{r['benchmark']}**: {r['note']}" for r in rows if r["note"]]
+    md += [f"- {note}" for note in notes]
     md += ["", METHOD, ""]
     md.append(f"![per-run values]({prefix.with_suffix('.png').name})" if plot_error is None
               else f"({plot_error})")
@@ -574,15 +604,19 @@ def main(argv=None):
     selected = [g for g in groups if not ns.only or any(g[0].startswith(p) for p in ns.only)]
     for name, arms in selected:
         run_rounds(name, arms, cfg)
+    notes = []
+    if not ns.only or any(HOSTS_GROUP.startswith(p) for p in ns.only):
+        notes.append(f"**{HOSTS_GROUP}**: {run_hosts_group(ns.quick)}")
     rows = analyse({a.key: a for _, arms in groups for a in arms})
     # Rows of groups that were not selected have no runs at all: leave them out of the report.
     rows = [r for r in rows if any(v is not None for v in r["a_values"] + r["b_values"])
             or r["errors"]]
     info["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     info["minutes"] = (time.monotonic() - t0) / 60
-    write_report(rows, info, cfg, started, prefix, command, ns.quick)
+    write_report(rows, info, cfg, started, prefix, command, ns.quick, notes)
     print()
     print(table(rows))
+    print("\n".join(notes))
     print(f"\n[bench] written: {prefix.with_suffix('.md')}, .json, .png "
           f"({info['minutes']:.1f} min)")
 

@@ -19,7 +19,11 @@ hosts                           ``SLURM_STEP_NODELIST`` (else ``SLURM_JOB_NODELI
                                 with ``scontrol show hostnames``; tasks are laid out on them as
                                 ``SLURM_STEP_TASKS_PER_NODE`` and ``SLURM_DISTRIBUTION`` say
                                 (block, the default, or cyclic), and each task checks that its
-                                own place matches ``SLURM_NODEID`` and ``SLURM_LOCALID``
+                                own place matches ``SLURM_NODEID`` and ``SLURM_LOCALID``;
+                                inside a job (``SLURM_JOB_ID``), a node whose address SLURM
+                                knows (``NodeAddr`` from ``scontrol show node``) differs from
+                                its name is given by that address, since node names need not
+                                resolve on the nodes
 ports                           SLURM's reserved ports of the step (``SLURM_STEP_RESV_PORTS``,
                                 with ``srun --resv-ports`` or ``MpiParams=ports=...``): task with
                                 local id ``i`` on a node takes the ``i``-th; without them
@@ -47,6 +51,7 @@ function results) must be on storage the submitting machine and the nodes share.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -65,6 +70,7 @@ from ._restarts import Restarts, failure_of, restarting
 from .cluster import format_address, tf_config
 from .errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 
+_log = logging.getLogger(__name__)
 DEFAULT_PORT_BASE = 15000
 PORT_BASE_VARIABLE = "TFDISTRIBUTED_SLURM_PORT_BASE"
 PS_VARIABLE = "TFDISTRIBUTED_SLURM_PS"
@@ -136,6 +142,40 @@ def expand_hostnames(nodelist: str) -> list:
     if done.returncode != 0:
         raise ClusterConfigError(f"`scontrol show hostnames {nodelist}` failed: {done.stderr.strip()}")
     return done.stdout.split()
+
+
+def node_addresses(names, env=None) -> list:
+    """Each node's address as SLURM knows it (``NodeAddr``), in place of its name.
+
+    SLURM reaches a node at its ``NodeAddr``; when that differs from the node's name (nodes
+    named ``gpu7`` at ``10.1.2.7``, or not in DNS), only the address is sure to work for
+    TensorFlow too. Outside a job (no ``SLURM_JOB_ID``) or without ``scontrol`` the names are
+    kept, as they are when ``scontrol show node`` fails (with a logged warning).
+
+    Args:
+        names: node names, as :func:`expand_hostnames` gives them.
+        env: the environment to read (default ``os.environ``).
+
+    Returns:
+        The addresses (or names), in the order of ``names``.
+
+    Example:
+        >>> node_addresses(["n1", "n2"], {})
+        ['n1', 'n2']
+    """
+    env = os.environ if env is None else env
+    scontrol = shutil.which("scontrol")
+    if not names or "SLURM_JOB_ID" not in env or scontrol is None:
+        return list(names)
+    # One request for all nodes: every task asks slurmctld once.
+    done = subprocess.run([scontrol, "-o", "show", "node", ",".join(names)], capture_output=True,
+                          text=True, timeout=30)
+    if done.returncode != 0:
+        _log.warning("`scontrol show node` failed (%s); the cluster uses the node names %s, which "
+                     "must resolve on every node.", done.stderr.strip(), ", ".join(names))
+        return list(names)
+    known = dict(re.findall(r"NodeName=(\S+)\s.*?NodeAddr=(\S+)", done.stdout))
+    return [known.get(name, name) for name in names]
 
 
 def _tasks_per_node(spec: str, nodes: int) -> list:
@@ -232,7 +272,7 @@ def slurm_cluster(env=None, *, port_base=None, ps=None, chief=None):
     if not nodelist:
         raise ClusterConfigError("SLURM sets no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST) "
                                  "for this task: run it with srun inside a job.")
-    hosts = expand_hostnames(nodelist)
+    hosts = node_addresses(expand_hostnames(nodelist), env)
     spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or str(n)
     counts = _tasks_per_node(spec, len(hosts))
     placement = _placement(counts, env.get("SLURM_DISTRIBUTION", ""))

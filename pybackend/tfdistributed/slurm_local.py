@@ -1,4 +1,4 @@
-"""A real single-node SLURM cluster on this machine, everything in one temporary directory.
+"""A real SLURM cluster on this machine, one node or several, everything in one temporary directory.
 
 For trying the SLURM backend (``launch(..., backend="slurm")``, ``srun -n2 Rscript train.R``)
 without a cluster, and for the test suite and the tutorial: it starts ``munged``,
@@ -12,6 +12,20 @@ is read or changed, and stops them afterwards::
 
 Every daemon runs as the current user, which must be root (``SlurmUser=root``: slurmd starts
 job steps as the submitting user and needs root to do so).
+
+Several nodes
+-------------
+A job across hosts cannot be seen on one node: tasks must find each other at their nodes'
+addresses. ``LocalSlurm(hosts=bed.hosts)`` (the network namespaces of ``tests/python/hosts.py``,
+or any objects with a namespace ``name`` under ``/run/netns`` and an ``address``) makes node
+``h<i>`` of host ``i``, with ``NodeAddr`` the host's address and its own slurmd in that
+namespace, started with ``nsenter --net`` (``ip netns exec`` remounts ``/sys``, where slurmd
+looks for cgroups). slurmctld runs in the first host's namespace, so every address SLURM uses is
+inside the bed; client commands must run there too: :attr:`LocalSlurm.prefix` is the command
+prefix that does, and :meth:`LocalSlurm.run` uses it::
+
+    with HostBed(2) as bed, LocalSlurm(hosts=bed.hosts) as slurm:
+        subprocess.run([*slurm.prefix, "srun", "-N2", "hostname"], env=slurm.env())
 """
 
 from __future__ import annotations
@@ -45,14 +59,22 @@ def _reserved_port_range(count: int = 100) -> int:
                       f"reserved step ports (MpiParams=ports=...): free some ports and retry.")
 
 
+def _netns_prefix(namespace: str) -> list:
+    """The command prefix that runs a program in the network namespace ``namespace``."""
+    return ["nsenter", f"--net=/run/netns/{namespace}"]
+
+
 class LocalSlurm:
-    """A single-node SLURM cluster (munged + slurmctld + slurmd) in a temporary directory.
+    """A SLURM cluster (munged + slurmctld + one slurmd per node) in a temporary directory.
 
     Args:
-        cpus: CPUs SLURM may hand out on the node (tasks of a job step each take one).
+        cpus: CPUs SLURM may hand out on each node (tasks of a job step each take one).
         directory: where to put everything; default a new temporary directory, removed by
             :meth:`stop`.
-        start_timeout: seconds to wait for the node to become idle in ``sinfo``.
+        start_timeout: seconds to wait for the nodes to become idle in ``sinfo``.
+        hosts: None for one node, this machine; else a node per host (``h0``, ``h1``...), each
+            with ``name``, its network namespace, and ``address``, the node's ``NodeAddr``
+            (see the module docstring).
 
     Raises:
         LaunchError: a program is missing, this is not root, or a daemon did not start (the
@@ -61,15 +83,23 @@ class LocalSlurm:
     Example:
         >>> with LocalSlurm() as slurm:                        # doctest: +SKIP
         ...     print(slurm.run(["sinfo"]).stdout)
+        >>> with LocalSlurm(hosts=bed.hosts) as slurm:         # doctest: +SKIP
+        ...     print(slurm.run(["srun", "-N2", "hostname"]).stdout)
     """
 
-    def __init__(self, cpus: int = 2, directory: str | None = None, start_timeout: float = 60.0):
+    def __init__(self, cpus: int = 2, directory: str | None = None, start_timeout: float = 60.0,
+                 hosts=None):
+        self.hosts = list(hosts or [])
         self.cpus = int(cpus)
         self.start_timeout = float(start_timeout)
         self._own_dir = directory is None
         self.dir = directory or tempfile.mkdtemp(prefix="tfdistributed-slurm-")
         self.conf = os.path.join(self.dir, "slurm.conf")
-        self.node = socket.gethostname().split(".")[0]
+        self.hostname = socket.gethostname().split(".")[0]
+        self.nodes = [f"h{i}" for i in range(len(self.hosts))] or [self.hostname]
+        self.node = self.nodes[0]
+        #: Runs a client command where slurmctld is reachable: in the first host's namespace.
+        self.prefix = _netns_prefix(self.hosts[0].name) if self.hosts else []
         self.partition = "tfd"
         self._previous_conf = None
         self._procs: dict[str, subprocess.Popen] = {}
@@ -85,14 +115,17 @@ class LocalSlurm:
 
     def run(self, argv, timeout=30.0, check=True) -> subprocess.CompletedProcess:
         """Run a SLURM client command (``sinfo``, ``srun``...) against this cluster."""
-        done = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([*self.prefix, *argv], env=self.env(), capture_output=True, text=True,
+                              timeout=timeout)
         if check and done.returncode != 0:
             raise LaunchError(f"{' '.join(argv)} failed with status {done.returncode}: "
                               f"{done.stderr.strip() or done.stdout.strip()}")
         return done
 
     def _check_tools(self) -> None:
-        missing = [p for p in (*_DAEMONS, "srun", "sbatch", "sinfo", "scontrol")
+        needed = (*_DAEMONS, *(["nsenter"] if self.hosts else []), "srun", "sbatch", "sinfo",
+                  "scontrol")
+        missing = [p for p in needed
                    if shutil.which(p) is None and not os.path.exists(f"/usr/sbin/{p}")]
         if missing:
             raise LaunchError(
@@ -117,9 +150,12 @@ class LocalSlurm:
         ctld_port, slurmd_port = free_ports(2)
         first = _reserved_port_range()
         d = self.dir
+        # slurmctld knows its host by this machine's name (namespaces share it); clients and
+        # slurmds reach it at the first host's address when there are hosts.
+        controller = f"{self.hostname}({self.hosts[0].address})" if self.hosts else self.hostname
         lines = [
             "ClusterName=tfdistributed",
-            f"SlurmctldHost={self.node}",
+            f"SlurmctldHost={controller}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
@@ -136,19 +172,27 @@ class LocalSlurm:
             f"SlurmctldPort={ctld_port}",
             f"SlurmdPort={slurmd_port}",
             f"StateSaveLocation={d}/state",
-            f"SlurmdSpoolDir={d}/spool",
+            # %n: each node's slurmd has its own spool, pid and log files.
+            f"SlurmdSpoolDir={d}/spool/%n",
             f"SlurmctldPidFile={d}/slurmctld.pid",
-            f"SlurmdPidFile={d}/slurmd.pid",
+            f"SlurmdPidFile={d}/slurmd-%n.pid",
             f"SlurmctldLogFile={d}/log/slurmctld.log",
-            f"SlurmdLogFile={d}/log/slurmd.log",
+            f"SlurmdLogFile={d}/log/slurmd-%n.log",
             "ReturnToService=2",
             # scancel: SIGTERM, then SIGKILL after 5 s (default 30 s).
             "KillWait=5",
-            f"NodeName={self.node} CPUs={self.cpus} State=UNKNOWN",
-            f"PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
+            *self._node_lines(),
+            f"PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=YES "
+            f"MaxTime=INFINITE State=UP",
         ]
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
+
+    def _node_lines(self) -> list:
+        if not self.hosts:
+            return [f"NodeName={self.node} CPUs={self.cpus} State=UNKNOWN"]
+        return [f"NodeName={node} NodeAddr={host.address} "
+                f"CPUs={self.cpus} State=UNKNOWN" for node, host in zip(self.nodes, self.hosts)]
 
     def _log_tail(self, name: str, n: int = 15) -> str:
         try:
@@ -159,7 +203,8 @@ class LocalSlurm:
 
     def _start(self, name: str, argv: list, ready) -> None:
         """Run a daemon in the foreground as our child (so we reap it: this machine's init does
-        not reap orphans) and wait until ``ready()``."""
+        not reap orphans) and wait until ``ready()``. ``nsenter`` execs the daemon, so the child
+        is the daemon itself."""
         with open(self.path(f"log/{name}.out"), "wb") as out:
             proc = subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
@@ -186,10 +231,12 @@ class LocalSlurm:
                                    f"--socket={socket_path}", f"--pid-file={d}/munged.pid",
                                    f"--log-file={d}/log/munged.log", f"--seed-file={d}/key/seed"],
                         lambda: os.path.exists(socket_path))
-            self._start("slurmctld", ["slurmctld", "-D", "-f", self.conf],
+            self._start("slurmctld", [*self.prefix, "slurmctld", "-D", "-f", self.conf],
                         lambda: self.run(["scontrol", "ping"], check=False).returncode == 0)
-            self._start("slurmd", ["slurmd", "-D", "-f", self.conf],
-                        lambda: os.path.exists(self.path("slurmd.pid")))
+            for i, node in enumerate(self.nodes):
+                here = _netns_prefix(self.hosts[i].name) if self.hosts else []
+                self._start(f"slurmd-{node}", [*here, "slurmd", "-D", "-N", node, "-f", self.conf],
+                            lambda node=node: os.path.exists(self.path(f"slurmd-{node}.pid")))
             self._wait_idle()
         except BaseException:
             self.stop()
@@ -202,24 +249,25 @@ class LocalSlurm:
         deadline = time.monotonic() + self.start_timeout
         state = ""
         while time.monotonic() < deadline:
-            done = self.run(["sinfo", "-h", "-N", "-o", "%T"], check=False)
+            done = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False)
             state = (done.stdout or done.stderr).strip()
-            if done.returncode == 0 and state == "idle":
+            if done.returncode == 0 and state.split()[1::2] == ["idle"] * len(self.nodes):
                 return
             time.sleep(0.5)
+        slurmd_logs = "".join(f"\nslurmd log of {node}:\n{self._log_tail(f'slurmd-{node}')}"
+                              for node in self.nodes)
         raise LaunchError(
-            f"The local SLURM node {self.node} did not become idle within {self.start_timeout:g} s "
-            f"(sinfo says: {state or 'nothing'}).\nslurmctld log:\n{self._log_tail('slurmctld')}"
-            f"\nslurmd log:\n{self._log_tail('slurmd')}")
+            f"The local SLURM node(s) {', '.join(self.nodes)} did not become idle within "
+            f"{self.start_timeout:g} s (sinfo says: {state or 'nothing'}).\nslurmctld log:\n"
+            f"{self._log_tail('slurmctld')}{slurmd_logs}")
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Cancel every job, stop the daemons (slurmd, slurmctld, munged), remove the directory."""
+        """Cancel every job, stop the daemons (slurmds, slurmctld, munged), remove the directory."""
         if "slurmctld" in self._procs:
             self.run(["scancel", "--full", f"--partition={self.partition}"], check=False)
-        for name in reversed(_DAEMONS):
-            proc = self._procs.pop(name, None)
-            if proc is None:
-                continue
+        # In the reverse of their start order: the slurmds, slurmctld, then munged.
+        for name in reversed(list(self._procs)):
+            proc = self._procs.pop(name)
             proc.terminate()
             try:
                 proc.wait(timeout=timeout)
