@@ -12,6 +12,7 @@ strategy. What the strategy is (kind, replicas, input workers) is worked out onc
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from . import _entry, checkpoints, compat, ps
@@ -208,11 +209,37 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                              "needs arrays (x, y), no steps_per_epoch, and a steps_per_execution "
                              "that divides the batches of an epoch")
         dataset = _resume_mid_epoch(dataset, backup, backup_dir, steps_per_epoch)
-    with strategy.scope(), checkpoints.watching_preemption(backup):
+    with strategy.scope(), checkpoints.watching_preemption(backup), _peer_lost(placement):
         return compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
+
+
+@contextlib.contextmanager
+def _peer_lost(placement):
+    """On several workers, a collective that fails because another worker went away (killed,
+    out of memory, its node lost) is named as that, in one line, instead of TensorFlow's page of
+    graph-node traceback: the survivor's error is a consequence, the lost worker's the cause."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.InternalError) as e:
+        first = str(e.message).strip().splitlines()
+        lost = "Collective ops is aborted" in str(e.message) or isinstance(
+            e, tf.errors.UnavailableError)
+        if placement["workers"] < 2 or not lost:
+            raise
+        detail = next((line for line in first if "Connection" in line or "aborted" in line),
+                      first[0] if first else type(e).__name__)
+        raise TrainingError(
+            f"Lost contact with another worker of the job during training ({detail.strip()}): "
+            f"that worker failed or was stopped; its own error says why. Run the job again to "
+            f"resume from the backup, or let the launcher restart it.",
+            hints={"python": "E.g. launch(..., max_restarts=2) with fit(..., backup_dir=...).",
+                   "r": "E.g. launch_cluster(..., max_restarts = 2) with "
+                        "fit_distributed(..., backup_dir = ...)."}) from None
 
 
 def _check_save_freq(save_freq, backup_dir):
