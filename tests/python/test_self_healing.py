@@ -356,3 +356,21 @@ def test_plain_model_fit_with_keras_own_backup_still_resumes_at_its_epoch(tmp_pa
     # Keras' own resume: the epoch of the backup (after step 15), from that epoch's first step.
     assert history.epoch == [1]
     assert not (tmp_path / "b").exists()
+
+
+def test_a_parameter_server_job_that_loses_its_ps_restarts_from_the_backup(tmp_path):
+    """The coordinator retries a lost worker's steps by itself; a lost ps takes the variables
+    with it: the job fails, max_restarts starts it again, and it resumes at the epoch backup."""
+    outdir, backup = tmp_path / "out", tmp_path / "backup"
+    outdir.mkdir()
+    script = os.path.join(os.path.dirname(__file__), "scripts", "ps_lose_ps.py")
+    result = tfd.launch(script, workers=1, ps=1, chief=True, args=[str(outdir), str(backup)],
+                        max_restarts=1, timeout=300, echo=False)
+    assert result.restarts == 1
+    assert result.attempts[0]["task"] in ("ps 0", "chief 0"), result.attempts
+    assert sorted(os.listdir(outdir)) == ["result-1.json"]
+    finished = json.loads((outdir / "result-1.json").read_text())
+    # Epochs 3 and 4 only: the restart resumed from the backup of epoch 2.
+    assert finished["epochs"] == [2, 3], finished
+    assert finished["evaluate"]["accuracy"] > 0.85, finished
+    assert not backup.exists()
