@@ -181,5 +181,8 @@ def test_file_helpers_name_the_mistake(tmp_path):
     tfd.write_shards({"a": np.zeros(4), "b": np.arange(4)}, tmp_path)
     with pytest.raises(tfd.ArgumentTypeError, match="No column 'label'.*a, b"):
         tfd.read_shards(tmp_path, "label", batch_size=2)
-    with pytest.raises(tfd.TFDistributedError, match="has no schema.json"):
+    with pytest.raises(tfd.TFDistributedError, match="'.*nowhere' does not exist.*write_shards"):
         tfd.read_shards(tmp_path / "nowhere", "a", batch_size=2)
+    (tmp_path / "other").mkdir()
+    with pytest.raises(tfd.TFDistributedError, match="has no schema.json"):
+        tfd.read_shards(tmp_path / "other", "a", batch_size=2)
