@@ -1,6 +1,6 @@
 """Group 10, self-healing: what backups cost a running job, and how soon a killed job trains again.
 
-    .venv/bin/python bench/healing.py            # ~5 min, writes bench/results-healing.{md,json}
+    .venv/bin/python bench/healing.py            # ~6 min, writes bench/results-healing.{md,json}
     .venv/bin/python bench/healing.py --quick    # smoke test (~1 min), results-healing-quick.*
 
 Why: ``fit(backup_dir=, save_freq=)`` plus ``launch(max_restarts=)`` is how a job survives a lost
@@ -80,8 +80,9 @@ def cost_worker(ns) -> None:
     timer = make_timer(keras)
     save_freq = None if ns.save_freq == "none" else int(ns.save_freq)
     backup = {} if save_freq is None else {"backup_dir": ns.backup, "save_freq": save_freq}
-    tfd.fit(model, x, y, epochs=ns.epochs, batch_size=BATCH_PER_WORKER * 2, shuffle=False,
-            seed=0, callbacks=[timer], verbose=0, **backup)
+    tfd.fit(model, x, y, epochs=ns.epochs, shuffle=False, seed=0,
+            batch_size=BATCH_PER_WORKER * strategy.num_replicas_in_sync, callbacks=[timer],
+            verbose=0, **backup)
     steps, seconds = timer.steady()
     emit(steps_per_s=steps / seconds)
 
@@ -120,9 +121,9 @@ def kill_worker(ns) -> None:
 
     # The process's own start (before TensorFlow's import), for the split of (b).
     (stamps / f"{name}.{attempt}.process").write_text(json.dumps({"time": STARTED}))
-    tfd.fit(model, x, y, epochs=ns.epochs, batch_size=BATCH_PER_WORKER * 2, shuffle=False,
-            seed=0, callbacks=[Stamps()], verbose=0, backup_dir=ns.backup,
-            save_freq=KILL_SAVE_FREQ)
+    tfd.fit(model, x, y, epochs=ns.epochs, shuffle=False, seed=0,
+            batch_size=BATCH_PER_WORKER * strategy.num_replicas_in_sync, callbacks=[Stamps()],
+            verbose=0, backup_dir=ns.backup, save_freq=KILL_SAVE_FREQ)
 
 
 # --- the arms: one 2-worker job each -------------------------------------------------------------
