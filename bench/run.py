@@ -4,8 +4,9 @@
     .venv/bin/python bench/run.py --quick         # smoke test (< 4 min), bench/results-quick.*
     .venv/bin/python bench/run.py --only 6 --out bench/results-generator   # one group only
 
-Group 9, across hosts, is bench/hosts.py (root only): it has its own rounds and report
-(bench/results-hosts[-quick].md), so it runs once, as its own process, after the other groups,
+Group 9, across hosts, is bench/hosts.py (root only), and group 10, self-healing, is
+bench/healing.py: each has its own rounds and report (bench/results-hosts[-quick].md,
+bench/results-healing[-quick].md), so each runs once, as its own process, after the other groups,
 and this report says where its results went or why it failed.
 
 Every measured run is a fresh process (or a fresh local cluster) running bench/workloads.py,
@@ -38,6 +39,10 @@ R_SCRIPT = HERE / "r_fit.R"
 R_GENERATOR = HERE / "r_generator.R"
 RESULT_TAG = "BENCH_RESULT"
 HOSTS_GROUP = "9. Across hosts (bench/hosts.py)"
+HEALING_GROUP = "10. Self-healing (bench/healing.py)"
+# Standalone groups: (title, script, report prefix), each run once as its own process.
+STANDALONE = ((HOSTS_GROUP, "hosts.py", "results-hosts"),
+              (HEALING_GROUP, "healing.py", "results-healing"))
 
 
 @dataclass(frozen=True)
@@ -262,18 +267,19 @@ def run_rounds(name, arms, cfg):
                 print(f"[bench]   failed: {reason}", flush=True)
 
 
-def run_hosts_group(quick: bool) -> str:
-    """Run bench/hosts.py (``--quick`` too when ``quick``) once; a note on how it went."""
-    report = "bench/results-hosts-quick.md" if quick else "bench/results-hosts.md"
-    argv = [sys.executable, str(HERE / "hosts.py"), *(["--quick"] if quick else [])]
-    print(f"[bench] {HOSTS_GROUP} ...", flush=True)
+def run_standalone_group(title: str, script: str, prefix: str, quick: bool) -> str:
+    """Run bench/``script`` (``--quick`` too when ``quick``) once; a note on how it went."""
+    report = f"bench/{prefix}-quick.md" if quick else f"bench/{prefix}.md"
+    argv = [sys.executable, str(HERE / script), *(["--quick"] if quick else [])]
+    print(f"[bench] {title} ...", flush=True)
     # Its output is not captured: it shows its progress and its tables itself.
     proc = subprocess.Popen(argv, env=base_env(), cwd=ROOT, stdin=subprocess.DEVNULL)
     timeout = 600 if quick else 1800
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # SIGTERM, not SIGKILL: hosts.py deletes its network namespaces on the way out.
+        # SIGTERM, not SIGKILL: hosts.py deletes its network namespaces on the way out (and
+        # healing.py's launch() stops its tasks).
         proc.terminate()
         try:
             proc.wait(timeout=60)
@@ -549,6 +555,12 @@ def write_report(rows, info, cfg, started, prefix: Path, command, quick, notes=(
          "config": cfg.__dict__, "rows": rows}, indent=2) + "\n")
 
 
+def chosen(title: str, prefixes) -> bool:
+    """Whether ``--only`` selects the group ``title``: "8" selects 8a and 8b, "1" not 10."""
+    return not prefixes or any(title.startswith(p) and not title[len(p):len(p) + 1].isdigit()
+                               for p in prefixes)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -601,12 +613,13 @@ def main(argv=None):
           Arm("r_gen_epochs", "R generator (NULL epochs)", r_generator_arm("epochs")),
           Arm("r_arrays", "R arrays", r_generator_arm("arrays"))]),
     ]
-    selected = [g for g in groups if not ns.only or any(g[0].startswith(p) for p in ns.only)]
+    selected = [g for g in groups if chosen(g[0], ns.only)]
     for name, arms in selected:
         run_rounds(name, arms, cfg)
     notes = []
-    if not ns.only or any(HOSTS_GROUP.startswith(p) for p in ns.only):
-        notes.append(f"**{HOSTS_GROUP}**: {run_hosts_group(ns.quick)}")
+    for title, script, report in STANDALONE:
+        if chosen(title, ns.only):
+            notes.append(f"**{title}**: {run_standalone_group(title, script, report, ns.quick)}")
     rows = analyse({a.key: a for _, arms in groups for a in arms})
     # Rows of groups that were not selected have no runs at all: leave them out of the report.
     rows = [r for r in rows if any(v is not None for v in r["a_values"] + r["b_values"])
