@@ -131,8 +131,13 @@ def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path
 
 @pytest.mark.parametrize("examples,keras_fit", [
     (1280, False),  # 20 batches of 64: whole blocks of 4, the batches repeat (one iterator)
-    (1347, False),  # 22 batches: each epoch ends on a block of 2, read from a finite input
-    (1347, True),   # the user's own model.fit on the arrays
+    # 21 batches, the last of 3 examples split 2 and 1: each epoch ends on a block of 1, read
+    # from a finite input. (Not the 1347 digits: there, two replicas' sums in another order move
+    # a few weights whose gradient is near zero, which Adam divides by a near-zero second moment
+    # (epsilon 1e-7): 4e-3 apart after 2 epochs under in-process `mirrored` too, and 6e-8 with
+    # SGD or Adam(epsilon=1e-3). A property of Adam, not of the distribution.)
+    (1283, False),
+    (1283, True),   # the user's own model.fit on the arrays
 ])
 def test_steps_per_execution_trains_as_on_one_device(tmp_path, examples, keras_fit):
     # Keras alone cannot run this on several workers (see the last test). The same number of
