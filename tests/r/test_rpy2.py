@@ -179,6 +179,7 @@ def test_batch_size_as_a_double_is_coerced_and_trains(r_default_model):
     del __main__.r_model, __main__.r_x, __main__.r_y
 
 
+@pytest.mark.slow
 def test_same_seeded_model_trained_from_r_and_python_has_same_weights(r_package):
     """In a fresh process: R builds and trains under mirrored (2 logical CPUs), Python trains the
     same seeded model under the same strategy; weights and losses agree; clean exit."""
