@@ -28,7 +28,6 @@ the others.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import signal
@@ -314,15 +313,10 @@ def main(argv=None):
     ns = parser.parse_args(argv)
     if ns.worker:
         return (cost_worker if ns.worker == "cost" else kill_worker)(ns)
-    cfg = QUICK if ns.quick else FULL
-    prefix = ns.out or HERE / ("results-healing-quick" if ns.quick else "results-healing")
-    command = " ".join([os.path.relpath(sys.executable, ROOT), "bench/healing.py",
-                        *(argv or sys.argv[1:])])
-    started = datetime.datetime.now(datetime.timezone.utc)
-    t0 = time.monotonic()
-    runs = run_rounds(cfg)
-    print(write_report(runs, cfg, ns.quick, started, time.monotonic() - t0, prefix, command))
-    print(f"[bench] written: {prefix.with_suffix('.md')}, .json")
+    from run import run_own_group
+
+    run_own_group(__file__, {"quick": QUICK, "full": FULL}, ns.quick, ns.out, argv, run_rounds,
+                  write_report)
 
 
 if __name__ == "__main__":

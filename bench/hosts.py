@@ -21,7 +21,6 @@ the assumptions written next to the table.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -291,15 +290,10 @@ def main(argv=None):
         check_can_build()
     except HostBedError as e:
         sys.exit(f"[bench] the hosts cannot be built here: {e}")
-    cfg = QUICK if ns.quick else FULL
-    prefix = ns.out or HERE / ("results-hosts-quick" if ns.quick else "results-hosts")
-    command = " ".join([os.path.relpath(sys.executable, ROOT), "bench/hosts.py",
-                        *(argv or sys.argv[1:])])
-    started = datetime.datetime.now(datetime.timezone.utc)
-    t0 = time.monotonic()
-    runs = run_rounds(cfg)
-    print(write_report(runs, cfg, ns.quick, started, time.monotonic() - t0, prefix, command))
-    print(f"[bench] written: {prefix.with_suffix('.md')}, .json")
+    from run import run_own_group
+
+    run_own_group(__file__, {"quick": QUICK, "full": FULL}, ns.quick, ns.out, argv, run_rounds,
+                  write_report)
 
 
 if __name__ == "__main__":

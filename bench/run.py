@@ -555,6 +555,22 @@ def write_report(rows, info, cfg, started, prefix: Path, command, quick, notes=(
          "config": cfg.__dict__, "rows": rows}, indent=2) + "\n")
 
 
+def run_own_group(script: str, configs: dict, quick: bool, out, argv, run_rounds, write_report):
+    """A group that runs as a script of its own (bench/hosts.py, bench/healing.py): its rounds,
+    then its report at ``out`` (default ``bench/results-<name>[-quick]``), with the command that
+    made it. ``configs`` holds the ``"quick"`` and ``"full"`` settings."""
+    cfg = configs["quick" if quick else "full"]
+    name = Path(script).stem
+    prefix = out or HERE / (f"results-{name}-quick" if quick else f"results-{name}")
+    command = " ".join([os.path.relpath(sys.executable, ROOT), f"bench/{name}.py",
+                        *(argv or sys.argv[1:])])
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t0 = time.monotonic()
+    runs = run_rounds(cfg)
+    print(write_report(runs, cfg, quick, started, time.monotonic() - t0, prefix, command))
+    print(f"[bench] written: {prefix.with_suffix('.md')}, .json")
+
+
 def chosen(title: str, prefixes) -> bool:
     """Whether ``--only`` selects the group ``title``: "8" selects 8a and 8b, "1" not 10."""
     return not prefixes or any(title.startswith(p) and not title[len(p):len(p) + 1].isdigit()
