@@ -24,6 +24,7 @@ from . import _runtime
 _runtime.prefer_pooled_cpu_allocator()
 
 from . import checkpoints, data, generators, loops, ray_backend, slurm  # noqa: E402
+from ._args import KERAS_COUNT_ARGUMENTS
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
@@ -53,7 +54,8 @@ _compat.install()
 data.register_dataset_check(generators.refuse_r_generator_on_main_thread)
 
 __all__ = [
-    "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES", "checkpoints", "loops",
+    "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
+    "checkpoints", "loops",
     "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
     "GeneratorError", "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",

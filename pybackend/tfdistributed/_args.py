@@ -72,9 +72,10 @@ def as_verbose(value):
     return int(value)
 
 
-# Keras' arguments that count (steps, examples, epochs): a float reaches a TensorFlow op or
-# `range()` and fails there ("Expected int32 passed to parameter 'size' of op 'Slice'").
-KERAS_COUNTS = ("batch_size", "epochs", "steps_per_epoch", "validation_steps",
+#: Keras' fit/evaluate/predict arguments that count (steps, examples, epochs): a float reaches a
+#: TensorFlow op or `range()` and fails there ("Expected int32 passed to parameter 'size' of op
+#: 'Slice'"). The R package converts R doubles to integers for exactly these.
+KERAS_COUNT_ARGUMENTS = ("batch_size", "epochs", "steps_per_epoch", "validation_steps",
                 "validation_batch_size", "validation_freq", "initial_epoch", "steps")
 # Keras' arguments that hold data: a Python list of numbers there is refused by Keras with
 # "Unrecognized data type" and a page of the numbers (or an IndexError, for `y`).
@@ -103,7 +104,7 @@ def check_keras_call(method, model, args, kwargs) -> None:
         bound = inspect.signature(method).bind(model, *args, **kwargs).arguments
     except TypeError:
         return  # a wrong call: Keras' own message says which argument
-    for name in KERAS_COUNTS:
+    for name in KERAS_COUNT_ARGUMENTS:
         if bound.get(name) is not None:
             as_int(bound[name], name)
     data = {name: bound.get(name) for name in KERAS_DATA}

@@ -12,8 +12,8 @@
 # the Python signature first). Arguments not listed go to Keras as reticulate converts them.
 keras_argument_converters <- function() {
   count <- function(value, arg, call) as_integer(value, arg, call = call)
-  counts <- c("batch_size", "epochs", "steps_per_epoch", "validation_steps",
-              "validation_batch_size", "validation_freq", "initial_epoch", "steps")
+  # Which of Keras' arguments count is the backend's list (it refuses floats for the same ones).
+  counts <- as.character(unlist(backend()$KERAS_COUNT_ARGUMENTS))
   c(
     stats::setNames(rep(list(count), length(counts)), counts),
     list(
