@@ -3,7 +3,7 @@
     .venv/bin/python bench/hosts.py            # ~6 min, writes bench/results-hosts.{md,json}
     .venv/bin/python bench/hosts.py --quick    # smoke test (~1 min), bench/results-hosts-quick.*
 
-Needs root: the hosts are network namespaces of ``tests/python/hosts.py``, one per worker,
+Needs root: the hosts are network namespaces of ``tfdistributed.hostbed``, one per worker,
 joined by a bridge, each link capped with ``tc tbf`` (both ways) or not at all; the loopback arm
 is the usual local cluster on 127.0.0.1. Every arm runs the same worker (this file,
 ``--worker``): the bench CNN trained with ``tfdistributed.fit`` (median step time past epoch 1),
@@ -31,7 +31,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 MB = 1_000_000
 RESNET50_BYTES = 25_557_032 * 4  # ResNet-50's parameters in float32 (~102 MB)
@@ -92,7 +91,7 @@ def worker(epochs: int, examples_per_replica: int, reps: int) -> None:
 
 def run_link(link: str, cfg: dict) -> dict:
     """One run of the job on ``link``; the slower worker's step and each size's all-reduce."""
-    from hosts import HostBed
+    from tfdistributed.hostbed import HostBed
     from pinning import pin_tasks
     from run import RunFailed, base_env, failure_reason, parse_results
 
@@ -284,7 +283,7 @@ def main(argv=None):
     ns = parser.parse_args(argv)
     if ns.worker:
         return worker(ns.epochs, ns.examples_per_replica, ns.allreduce_reps)
-    from hosts import HostBedError, check_can_build
+    from tfdistributed.hostbed import HostBedError, check_can_build
 
     try:
         check_can_build()

@@ -16,7 +16,7 @@ job steps as the submitting user and needs root to do so).
 Several nodes
 -------------
 A job across hosts cannot be seen on one node: tasks must find each other at their nodes'
-addresses. ``LocalSlurm(hosts=bed.hosts)`` (the network namespaces of ``tests/python/hosts.py``,
+addresses. ``LocalSlurm(hosts=bed.hosts)`` (the network namespaces of :mod:`tfdistributed.hostbed`,
 or any objects with a namespace ``name`` under ``/run/netns`` and an ``address``) makes node
 ``h<i>`` of host ``i``, with ``NodeAddr`` the host's address and its own slurmd in that
 namespace, started with ``nsenter --net`` (``ip netns exec`` remounts ``/sys``, where slurmd

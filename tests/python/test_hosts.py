@@ -1,4 +1,4 @@
-"""Jobs across hosts: the test bed of network namespaces (tests/python/hosts.py) and what runs on it.
+"""Jobs across hosts: the test bed of network namespaces (tfdistributed.hostbed) and what runs on it.
 
 Needs root and iproute2. Where the bed cannot be built the tests FAIL with the reason: a machine
 that cannot test multi-host behaviour must not look green.
@@ -15,8 +15,7 @@ import pytest
 import tfdistributed as tfd
 from tfdistributed.cluster import check_own_address, validate_tf_config
 
-sys.path.insert(0, os.path.dirname(__file__))
-import hosts  # noqa: E402  (tests/python/hosts.py)
+from tfdistributed import hostbed as hosts
 
 pytestmark = pytest.mark.cluster
 PYTHON = sys.executable
@@ -99,8 +98,7 @@ def test_a_failed_build_leaves_nothing():
 
 BED_THEN_WAIT = """
 import sys, time
-sys.path.insert(0, sys.argv[1])
-import hosts
+from tfdistributed import hostbed as hosts
 bed = hosts.HostBed(1).up()
 print(bed.prefix, flush=True)
 time.sleep(60)
@@ -111,7 +109,7 @@ time.sleep(60)
 def test_a_killed_process_leaves_no_bed_behind(signum):
     # SIGTERM: the bed's process deletes it on the way out. SIGKILL: the next bed built on this
     # machine deletes it (its prefix names a process that no longer exists).
-    proc = subprocess.Popen([PYTHON, "-c", BED_THEN_WAIT, os.path.dirname(__file__)],
+    proc = subprocess.Popen([PYTHON, "-c", BED_THEN_WAIT],
                             stdout=subprocess.PIPE, text=True)
     try:
         prefix = proc.stdout.readline().strip()
@@ -139,15 +137,15 @@ def test_without_root_or_iproute2_the_reason_is_given(monkeypatch):
 
 
 def test_cli_up_then_down():
-    script = os.path.join(os.path.dirname(__file__), "hosts.py")
-    up = subprocess.run([PYTHON, script, "up", "2"], capture_output=True, text=True, timeout=60)
+    script = [PYTHON, "-m", "tfdistributed.hostbed"]
+    up = subprocess.run([*script, "up", "2"], capture_output=True, text=True, timeout=60)
     prefix = up.stdout.split()[1] if up.stdout.startswith("prefix ") else None
     try:
         assert up.returncode == 0, up.stderr
         assert up.stdout.splitlines()[1:] == [f"{prefix}h0 10.77.0.2", f"{prefix}h1 10.77.0.3"]
         assert len(hosts.namespaces(prefix)) == 3
     finally:
-        down = subprocess.run([PYTHON, script, "down", prefix or hosts.PREFIX + "none-"],
+        down = subprocess.run([*script, "down", prefix or hosts.PREFIX + "none-"],
                               capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stderr
     assert hosts.namespaces(prefix) == []

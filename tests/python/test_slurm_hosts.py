@@ -1,4 +1,4 @@
-"""SLURM across hosts: a 2-node cluster on the test bed of network namespaces (hosts.py).
+"""SLURM across hosts: a 2-node cluster on the test bed of network namespaces (tfdistributed.hostbed).
 
 Node ``h<i>`` is host ``i`` of the bed, with its own slurmd and ``NodeAddr`` the host's address;
 the names ``h0``/``h1`` resolve nowhere, so a job trains only if tfdistributed builds TF_CONFIG
@@ -21,8 +21,7 @@ from tfdistributed.slurm_local import LocalSlurm
 
 from enginesupport import SCRIPTS, assert_identical_weights, processes_running, r_env
 
-sys.path.insert(0, os.path.dirname(__file__))
-import hosts  # noqa: E402  (tests/python/hosts.py)
+from tfdistributed import hostbed as hosts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 WORKERS = [f"worker-{i}" for i in range(4)]

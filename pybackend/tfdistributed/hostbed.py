@@ -1,5 +1,8 @@
 """A test bed of hosts on one machine: network namespaces joined by a bridge, torn down whole.
 
+A developer's tool, like :mod:`tfdistributed.slurm_local`: the tests, the benchmarks and the
+"Running on a cluster" vignette build their hosts with it. Nothing in training uses it.
+
 Multi-host behaviour (tasks at their own addresses, what binds where, bandwidth) cannot be seen
 on 127.0.0.1, and the project has one machine. Linux network namespaces give each "host" its own
 interfaces, addresses and port space; processes started with ``ip netns exec NS`` share the
@@ -26,9 +29,9 @@ Needs root and ``ip``/``tc`` (Debian's iproute2); without them :meth:`HostBed.up
 
 CLI::
 
-    python tests/python/hosts.py up 2 [RATE]   # prints the hosts; the bed stays up
-    python tests/python/hosts.py down PREFIX   # deletes that bed's namespaces (the prefix
-                                               # `up` printed, e.g. tfdh-123-0-)
+    python -m tfdistributed.hostbed up 2 [RATE]   # prints the hosts; the bed stays up
+    python -m tfdistributed.hostbed down PREFIX   # deletes that bed's namespaces (the prefix
+                                                  # `up` printed, e.g. tfdh-123-0-)
 """
 
 from __future__ import annotations
@@ -43,13 +46,15 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from .errors import TFDistributedError
+
 #: Every name this module creates starts with this.
 PREFIX = "tfdh-"
 SUBNET = "10.77.0"
 _counter = itertools.count()
 
 
-class HostBedError(RuntimeError):
+class HostBedError(TFDistributedError, RuntimeError):
     """The test bed cannot be built here (not root, no ``ip``/``tc``, a command failed)."""
 
 
@@ -217,7 +222,7 @@ def main(argv=None) -> int:
         check_can_build()
         delete_namespaces(args[1])
         return 0
-    print(f"usage: hosts.py up N [RATE] | down PREFIX (a bed's prefix, {PREFIX}...)",
+    print(f"usage: python -m tfdistributed.hostbed up N [RATE] | down PREFIX (a bed's prefix, {PREFIX}...)",
           file=sys.stderr)
     return 2
 
