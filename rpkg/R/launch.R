@@ -39,6 +39,15 @@
 #' @param ... Options of the `"slurm"` backend (`partition`, `sbatch_args`,
 #'   `srun_args`, `directory`, `keep_files`, `job_name`) or of the `"ray"`
 #'   backend (`address`, `ray_options`, `max_failures`).
+#' @param cluster For the `"local"` backend, the cluster to run instead of one
+#'   on free loopback ports: a [tf_cluster()] (its `workers`, `ps` and `chief`
+#'   replace those arguments). Its addresses must be loopback or on `hosts`.
+#' @param hosts With `cluster`, hosts you set up yourself, each with the
+#'   command that starts a process there: a named list, names the hosts'
+#'   addresses, values character vectors such as
+#'   `c("ip", "netns", "exec", "ns0")`. Each task whose address is on one of
+#'   them runs behind that command; an address on no host (and not loopback) is
+#'   an error naming it.
 #' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
 #'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
 #'   lines, `$seconds` the wall time, `$cluster` the cluster; `$restarts` the
@@ -63,7 +72,7 @@
 #' }
 launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
                            env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
-                           max_restarts = 0) {
+                           max_restarts = 0, cluster = NULL, hosts = NULL) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)
@@ -84,7 +93,9 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     chief = as_flag(chief), env = env_py, args = py_list(as.character(args)),
     on_output = on_output, echo = FALSE, rscript = file.path(R.home("bin"), "Rscript"),
     backend = as_string(backend), max_restarts = as_integer(max_restarts)),
-    if (!is.null(timeout)) list(timeout = as_number(timeout)), options)
+    if (!is.null(timeout)) list(timeout = as_number(timeout)),
+    if (!is.null(cluster)) list(cluster = cluster_to_py(cluster)),
+    if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)), options)
   result <- with_backend(do.call(backend()$launch, arguments))
   tasks <- result$tasks
   out <- structure(list(
@@ -104,6 +115,25 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     attempts = attempts_frame(result$attempts)
   ), class = "tfdistributed_launch")
   invisible(out)
+}
+
+# Host address -> command prefix, as a dict of lists (a one-word prefix stays a list). Whether
+# the cluster's addresses are on them is the backend's rule.
+hosts_to_py <- function(hosts, call = rlang::caller_env()) {
+  if (is_py(hosts)) {
+    return(hosts)
+  }
+  if (is.list(hosts)) {
+    hosts[] <- lapply(hosts, function(p) if (is.list(p)) unlist(p) else p)
+  }
+  ok <- is.list(hosts) && rlang::is_named(hosts) &&
+    all(vapply(hosts, function(p) is.character(p) && length(p) > 0 && !anyNA(p), TRUE))
+  if (!ok) {
+    tfd_abort("`hosts` must be a named list: each name a host's address, each value the command ",
+              "that starts a process there, e.g. list(\"10.77.0.2\" = c(\"ip\", \"netns\", ",
+              "\"exec\", \"ns0\")); got ", describe(hosts), ".", call = call)
+  }
+  reticulate::r_to_py(lapply(hosts, as.list))
 }
 
 # One row per attempt of the job; the failure columns are NA for the attempt that succeeded.

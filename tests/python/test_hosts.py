@@ -241,6 +241,54 @@ def test_launch_runs_only_on_the_hosts_it_is_given(bed):
         tfd.launch(SCRIPT, cluster=cluster, hosts={"10.77.0.2": "ip netns exec x"})
 
 
+# An R task: the strategy it reads from TF_CONFIG, and the address of the host it runs on.
+R_TASK = """
+library(tfdistributed)
+info <- strategy_info(distribute_strategy("auto"))
+addr <- system("ip -o -4 addr show dev eth0", intern = TRUE)
+cat("task", get_tf_config()$task$index, info$kind, info$num_workers, "on",
+    sub(".* inet ([0-9.]+)/.*", "\\\\1", addr), "\\n")
+"""
+R_LAUNCH = """
+library(tfdistributed)
+hosts <- list("10.77.0.2" = strsplit(Sys.getenv("H0"), " ")[[1]],
+              "10.77.0.3" = strsplit(Sys.getenv("H1"), " ")[[1]])
+job <- launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE, hosts = hosts,
+                      cluster = tf_cluster(workers = c("10.77.0.2:2222", "10.77.0.3:2222")))
+cat(unlist(job$output), sep = "\\n")
+cat("\\nreturncodes", job$tasks$returncode, "\\n")
+names(hosts)[1] <- "10.77.0.9"
+tryCatch(launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE, hosts = hosts,
+                        cluster = tf_cluster(workers = c("10.77.0.9:2222", "10.77.0.3:2222"))),
+         tfdistributed_error = function(e) cat("R error:", gsub("\\n", " ", conditionMessage(e)), "\\n"))
+tryCatch(launch_cluster(Sys.getenv("TASK"), hosts = list("10.77.0.2"),
+                        cluster = tf_cluster(workers = "10.77.0.2:2222")),
+         tfdistributed_error = function(e) cat("R error:", gsub("\\n", " ", conditionMessage(e)), "\\n"))
+"""
+
+
+def test_launch_cluster_from_r_runs_tasks_on_the_hosts_it_is_given(bed, tmp_path):
+    # launch_cluster(cluster = tf_cluster(...), hosts = list(address = prefix)): each R task runs
+    # in its host's namespace at that host's address; a task at an address no host has is an R
+    # error naming it, and a hosts list without commands says what it must hold.
+    from enginesupport import r_env
+
+    task = tmp_path / "task.R"
+    task.write_text(R_TASK)
+    h0, h1 = bed.hosts
+    done = subprocess.run(["Rscript", "-e", R_LAUNCH], capture_output=True, text=True, timeout=420,
+                          env=r_env(TASK=str(task), H0=" ".join(h0.prefix), H1=" ".join(h1.prefix)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "task 0 multi_worker_mirrored 2 on 10.77.0.2" in out
+    assert "task 1 multi_worker_mirrored 2 on 10.77.0.3" in out
+    assert "returncodes 0 0" in out
+    failed, wrong_hosts = [line for line in out.splitlines() if line.startswith("R error:")]
+    assert "Task worker 0 exited" in failed and "10.77.0.9 is not an address of this machine" in failed
+    assert "Start this task on the host that has 10.77.0.9" in failed
+    assert "`hosts` must be a named list" in wrong_hosts
+
+
 @pytest.mark.parametrize("address", ["127.0.0.1:2222", "localhost:2222", "[::1]:2222"])
 def test_own_address_on_this_machine_passes(address):
     check_own_address(validate_tf_config(
