@@ -34,6 +34,9 @@ EXPECTED = {
                                 "Pass dataset_from_generator(<your function>) instead",
                                 "write the data as at least 5 files"],
     "running-on-a-cluster": ["1   idle", '"task": {"type": "worker", "index": 1}',
+                             "h1 idle 10.77.0.3",
+                             '1: {"cluster": {"worker": ["10.77.0.2:',
+                             "1: multi_worker_mirrored 1 of 2: test accuracy",
                              "#SBATCH --gres=gpu:1", "[launch] submitted SLURM job",
                              "[worker 1] multi_worker_mirrored 1 of 2: test accuracy",
                              "Task worker 1 exited with status 1 (SLURM job",
@@ -122,7 +125,8 @@ def test_generator_tutorial_trains_to_090_and_its_workers_agree(rendered):
 
 def test_cluster_tutorial_trains_in_lock_step_on_every_engine(rendered):
     text = text_of(rendered[0]["running-on-a-cluster"])
-    # srun, sbatch and Ray: each 2-worker job ends with identical weights on both workers.
+    # srun on two nodes, sbatch and Ray: each 2-worker job ends with identical weights on both
+    # workers.
     assert text.count("same_weights(out)\n#> [1] TRUE") == 3
     accuracies = [float(a) for a in re.findall(r"multi_worker_mirrored 0 of 2: test accuracy ([\d.]+)", text)]
     assert len(accuracies) == 3 and all(a >= 0.8 for a in accuracies), accuracies
