@@ -56,11 +56,11 @@ PARTITIONERS = ("min_size", "max_size", "fixed")
 _FIT_EXTRAS = ("checkpoint_dir", "initial_epoch", "validation_freq", "validation_steps")
 
 
-def coordinator(strategy):
+def coordinator_of(strategy):
     """The ``ClusterCoordinator`` of ``strategy`` (TensorFlow keeps one per strategy).
 
     Example:
-        >>> coordinator(strategy).join()    # doctest: +SKIP
+        >>> coordinator_of(strategy).join()    # doctest: +SKIP
     """
     import tensorflow as tf
 
@@ -203,7 +203,7 @@ def _per_worker_iterator(strategy, dataset_fn, workers):
         return strategy.distribute_datasets_from_function(
             lambda _: dataset_fn(_worker_context(strategy, workers)))
 
-    return iter(coordinator(strategy).create_per_worker_dataset(per_worker_dataset_fn))
+    return iter(coordinator_of(strategy).create_per_worker_dataset(per_worker_dataset_fn))
 
 
 def _build(model, strategy, element_spec):
@@ -411,7 +411,7 @@ def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_ep
     callbacks = keras.callbacks.CallbackList(
         callbacks, add_history=True, add_progbar=verbose != 0, verbose=verbose, epochs=epochs,
         steps=steps, model=model)
-    cluster = coordinator(strategy)
+    coordinator = coordinator_of(strategy)
     history = next(c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History))
     model.stop_training = False
     callbacks.on_train_begin()
@@ -422,8 +422,8 @@ def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_ep
         model.reset_metrics()
         callbacks.on_epoch_begin(epoch)
         for _ in range(steps):
-            cluster.schedule(train_step, args=(iterator,))
-        cluster.join()
+            coordinator.schedule(train_step, args=(iterator,))
+        coordinator.join()
         logs = _logs(model)
         if validation_data is not None and _validate_now(epoch, validation_freq):
             logs.update({f"val_{k}": v for k, v in
