@@ -1,4 +1,7 @@
-"""Data bigger than memory: batches produced by an R function, and sharded files.
+"""Data bigger than memory, from R code: batches produced by an R function, fed to training.
+
+(Sharded files, the other way to train on data bigger than memory, are in
+:mod:`tfdistributed.shards`.)
 
 **Why R generators need their own path.** ``tf.data.Dataset.from_generator(<R function>)``
 given to Keras ``fit`` hangs, even under the default strategy: TensorFlow calls the generator
@@ -28,8 +31,8 @@ default and ``one_device`` strategies (see :data:`LAZY_INPUT`); elsewhere ``step
 sets them. Under ``parameter_server`` the per-worker input pipelines run inside the
 workers' TensorFlow servers, which have no R (and a ``from_generator`` function cannot be
 shipped to another process): :func:`check_strategy` refuses with a message pointing to
-sharded files (:func:`write_shards`, :func:`read_shards`), which every worker reads with
-TensorFlow's own readers.
+sharded files (:func:`tfdistributed.shards.write_shards`, :func:`~tfdistributed.shards.read_shards`),
+which every worker reads with TensorFlow's own readers.
 
 Also here: :func:`find_host_generators`, which spots a raw ``from_generator`` dataset whose
 generator is an R function, so that ``fit_distributed()`` refuses it at once with a message
@@ -41,28 +44,14 @@ exit in our tests; the feed above has no such callback.)
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 import threading
 import time
 import warnings
 
-from ._args import as_int, as_str
-from .errors import ArgumentTypeError, TFDistributedError
+from ._args import as_int
+from .errors import GeneratorError
 
 DEFAULT_CAPACITY = 8
-FORMATS = ("tfrecord", "csv")
-SCHEMA_FILE = "schema.json"
-
-
-class GeneratorError(TFDistributedError, RuntimeError):
-    """An R (or Python) batch generator failed, returned a bad batch, or cannot run here."""
-
-
-# Listed under tfdistributed.errors like the rest of the family, so the R package gives it the
-# condition class `tfdistributed_generator_error` (it derives R classes from that module path).
-GeneratorError.__module__ = "tfdistributed.errors"
 
 SIGNATURE_HELP = ("The generator must return list(x, y) or list(x, y, sample_weight) for each "
                   "batch (NULL to end an epoch), where x is a numeric array (or a list of them "
@@ -489,7 +478,7 @@ def check_strategy(model, strategy=None, what="fit") -> dict:
             f"process. Write the data as files instead: every worker then reads its share with "
             f"TensorFlow's own readers.",
             hints={"r": "With write_dataset_shards(), then dataset_from_files().",
-                   "python": "With tfdistributed.generators.write_shards(), then read_shards()."})
+                   "python": "With tfdistributed.write_shards(), then read_shards()."})
     if context["kind"] == "tpu":
         raise GeneratorError(f"{what}() cannot stream from an R generator to a TPU: TPU input "
                              f"pipelines run on the TPU host. Use files (write_dataset_shards()).")
@@ -627,167 +616,6 @@ def refuse_r_generator_on_main_thread(dataset, what="fit"):
             f"evaluate_distributed(), which serve the generator from R's main thread.")
 
 
-# --- sharded files -----------------------------------------------------------------------------
-
-def _shard_paths(directory, prefix, num_shards, fmt):
-    ext = "tfrecord" if fmt == "tfrecord" else "csv"
-    return [os.path.join(directory, f"{prefix}-{i:05d}-of-{num_shards:05d}.{ext}")
-            for i in range(num_shards)]
-
-
-def _columns(columns):
-    import numpy as np
-
-    if not isinstance(columns, dict) or not columns:
-        raise ArgumentTypeError("write_shards() needs columns as a non-empty {name: array} dict "
-                                "(from R: a data frame).")
-    out, n = {}, None
-    for name, values in columns.items():
-        array = np.asarray(values)
-        if array.ndim != 1 or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
-            raise ArgumentTypeError(f"Column {name!r} must be a numeric vector (got dtype "
-                                    f"{array.dtype}, {array.ndim} dimensions); convert factors "
-                                    f"and strings to numbers first.")
-        kind = "int" if np.issubdtype(array.dtype, np.integer) or array.dtype == bool else "float"
-        out[str(name)] = (array.astype(np.int64 if kind == "int" else np.float32), kind)
-        if n is not None and len(array) != n:
-            raise ArgumentTypeError("All columns must have the same length.")
-        n = len(array)
-    return out, n
-
-
-def write_shards(columns, directory, num_shards=2, *, format="tfrecord", prefix="part"):
-    """Write a table (``{name: 1-D array}``) as ``num_shards`` files for multi-worker reading.
-
-    Rows are split into ``num_shards`` contiguous, nearly equal parts, one file each
-    (``part-00000-of-00004.tfrecord``...). ``format`` is ``"tfrecord"`` (one ``tf.train.Example``
-    per row, int64 or float features) or ``"csv"`` (with a header). A ``schema.json`` next to the
-    files records the columns and their types for :func:`read_shards`. Use at least as many
-    files as workers (the ``"file"`` shard policy gives each worker whole files). Returns the
-    file paths.
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    fmt = as_str(format, "format").lower()
-    if fmt not in FORMATS:
-        raise ArgumentTypeError(f"Unknown format {format!r}; use 'tfrecord' or 'csv'.")
-    num_shards = as_int(num_shards, "num_shards", minimum=1)
-    cols, n = _columns(columns)
-    if n < num_shards:
-        raise ArgumentTypeError(f"{n} rows cannot fill {num_shards} files; use num_shards <= {n}.")
-    directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
-    paths = _shard_paths(directory, as_str(prefix, "prefix"), num_shards, fmt)
-    bounds = np.linspace(0, n, num_shards + 1).round().astype(int)
-    names = list(cols)
-    for path, start, stop in zip(paths, bounds[:-1], bounds[1:]):
-        if fmt == "tfrecord":
-            with tf.io.TFRecordWriter(path) as writer:
-                for i in range(start, stop):
-                    feature = {}
-                    for name, (values, kind) in cols.items():
-                        if kind == "int":
-                            feature[name] = tf.train.Feature(
-                                int64_list=tf.train.Int64List(value=[int(values[i])]))
-                        else:
-                            feature[name] = tf.train.Feature(
-                                float_list=tf.train.FloatList(value=[float(values[i])]))
-                    example = tf.train.Example(features=tf.train.Features(feature=feature))
-                    writer.write(example.SerializeToString())
-        else:
-            with open(path, "w", newline="") as f:
-                writer = csv.writer(f)
-                writer.writerow(names)
-                block = [cols[name][0][start:stop] for name in names]
-                writer.writerows(zip(*[b.tolist() for b in block]))
-    schema = {"format": fmt, "columns": [{"name": k, "type": v[1]} for k, v in cols.items()],
-              "files": [os.path.basename(p) for p in paths], "rows": int(n)}
-    with open(os.path.join(directory, SCHEMA_FILE), "w") as f:
-        json.dump(schema, f, indent=1)
-    return paths
-
-
-def _schema(directory):
-    if not os.path.isdir(directory):
-        raise TFDistributedError(
-            f"Directory {directory!r} does not exist; write the data with its shard writer first.",
-            hints={"python": "It is tfdistributed.generators.write_shards().",
-                   "r": "It is write_dataset_shards()."})
-    path = os.path.join(directory, SCHEMA_FILE)
-    if not os.path.isfile(path):
-        raise TFDistributedError(
-            f"{directory!r} has no {SCHEMA_FILE}: only directories of shards written by this "
-            f"package can be read this way; write the data with its shard writer first.",
-            hints={"python": "It is tfdistributed.generators.write_shards().",
-                   "r": "It is write_dataset_shards()."})
-    with open(path) as f:
-        return json.load(f)
-
-
-def read_shards(directory, label, *, batch_size, features=None, shuffle_files=False,
-                seed=None, shard_policy="file"):
-    """The files written by :func:`write_shards` as a batched ``(x, y)`` ``tf.data.Dataset``.
-
-    Read with TensorFlow's own readers (``TFRecordDataset`` / ``TextLineDataset`` with
-    ``decode_csv``), one file after
-    the other; ``x`` is a float32 matrix of the ``features`` columns (default: every column
-    but ``label``), ``y`` the ``label`` column. The shard policy defaults to ``"file"``: with
-    several workers each reads whole files, so it needs at least as many files as workers
-    (``fit`` checks that before training: :func:`tfdistributed.check_sharding`).
-    ``batch_size`` is the global batch size.
-    """
-    import tensorflow as tf
-
-    from .data import with_shard_policy
-
-    directory = os.fspath(directory)
-    schema = _schema(directory)
-    types = {c["name"]: c["type"] for c in schema["columns"]}
-    label = as_str(label, "label")
-    if label not in types:
-        raise ArgumentTypeError(f"No column {label!r} in {directory!r}; its columns are "
-                                f"{', '.join(types)}.")
-    features = [as_str(f, "features") for f in (features or [c for c in types if c != label])]
-    unknown = [f for f in features if f not in types]
-    if unknown:
-        raise ArgumentTypeError(f"Unknown feature column(s) {unknown}; the columns are "
-                                f"{', '.join(types)}.")
-    batch_size = as_int(batch_size, "batch_size", minimum=1)
-    paths = [os.path.join(directory, name) for name in schema["files"]]
-    files = tf.data.Dataset.from_tensor_slices(paths)
-    if shuffle_files:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    label_dtype = tf.int32 if types[label] == "int" else tf.float32
-    if schema["format"] == "tfrecord":
-        spec = {name: tf.io.FixedLenFeature([], tf.int64 if kind == "int" else tf.float32)
-                for name, kind in types.items()}
-
-        def parse(records):
-            parsed = tf.io.parse_example(records, spec)
-            x = tf.stack([tf.cast(parsed[f], tf.float32) for f in features], axis=1)
-            return x, tf.cast(parsed[label], label_dtype)
-
-        dataset = files.interleave(tf.data.TFRecordDataset, cycle_length=1)
-        dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        names = [c["name"] for c in schema["columns"]]
-        defaults = [tf.constant(0, tf.int64) if types[n] == "int" else tf.constant(0.0)
-                    for n in names]
-
-        def parse(lines):
-            values = dict(zip(names, tf.io.decode_csv(lines, defaults)))
-            x = tf.stack([tf.cast(values[f], tf.float32) for f in features], axis=1)
-            return x, tf.cast(values[label], label_dtype)
-
-        # TextLineDataset, not CsvDataset: TensorFlow's file-level auto-sharding recognises the
-        # former as a file reader and refuses the latter ("unshardable source dataset").
-        dataset = files.interleave(lambda path: tf.data.TextLineDataset(path).skip(1),
-                                   cycle_length=1)
-        dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return with_shard_policy(dataset.prefetch(tf.data.AUTOTUNE), shard_policy)
-
-
 __all__ = ["BatchFeed", "GeneratorError", "TrainingJob", "check_strategy", "describe_signature",
-           "find_host_generators", "read_shards", "refuse_r_generator_on_main_thread",
-           "start_evaluate", "start_fit", "worker_context", "write_shards"]
+           "find_host_generators", "refuse_r_generator_on_main_thread", "start_evaluate",
+           "start_fit", "worker_context"]
