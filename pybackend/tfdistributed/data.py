@@ -36,11 +36,12 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ._args import as_int, as_str
 from .errors import (ArgumentTypeError, ShardingError, TFDistributedError, TrainingError,
                      did_you_mean)
+from .rcallbacks import refuse_r_generator_on_main_thread
 
 _log = logging.getLogger(__name__)
 
@@ -501,35 +502,25 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
 
 # --- the input plan ---------------------------------------------------------------------------
 
-#: Checks run on every dataset given to fit/evaluate, in order: ``check(dataset, what)`` raises
-#: to refuse it. ``tfdistributed/__init__.py`` registers the refusal of R generators on R's main
-#: thread (where such a dataset would hang), so this module does not import that one.
-_DATASET_CHECKS: list[Callable] = []
-
-
-def register_dataset_check(check: Callable) -> None:
-    """Run ``check(dataset, what)`` on every dataset :func:`plan_input` is given for fit or
-    evaluate (the training data and the validation data); registering twice is a no-op."""
-    if check not in _DATASET_CHECKS:
-        _DATASET_CHECKS.append(check)
-
-
 def check_dataset(dataset, what: str = "fit") -> None:
-    """Run the registered dataset checks (see :func:`register_dataset_check`) on ``dataset``.
+    """Refuse a dataset that ``fit``/``evaluate`` cannot read here; :func:`plan_input` runs this
+    on every dataset it is given for fit or evaluate (the training and the validation data).
+
+    Today one check: a dataset whose Python callback calls an R function (e.g.
+    ``tf$data$Dataset$from_generator(<R function>)``) hangs when trained on R's main thread
+    (:func:`tfdistributed.rcallbacks.refuse_r_generator_on_main_thread`).
 
     Args:
         dataset: a ``tf.data.Dataset`` about to be trained or evaluated on.
         what: the call, named in the messages (``"fit"``, ``"model.fit"``...).
 
     Raises:
-        TFDistributedError: a check refused the dataset (e.g. ``GeneratorError`` for a dataset
-            over an R generator on R's main thread, where it would hang).
+        GeneratorError: a dataset over an R generator, on R's main thread (where it would hang).
 
     Example:
         >>> check_dataset(tf.data.Dataset.range(4), "fit")    # doctest: +SKIP
     """
-    for check in _DATASET_CHECKS:
-        check(dataset, what)
+    refuse_r_generator_on_main_thread(dataset, what)
 
 
 _SOURCES = ("arrays", "dataset", "function")

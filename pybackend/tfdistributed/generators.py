@@ -31,15 +31,11 @@ default and ``one_device`` strategies (see :data:`LAZY_INPUT`); elsewhere ``step
 sets them. Under ``parameter_server`` the per-worker input pipelines run inside the
 workers' TensorFlow servers, which have no R (and a ``from_generator`` function cannot be
 shipped to another process): :func:`check_strategy` refuses with a message pointing to
-sharded files (:func:`tfdistributed.shards.write_shards`, :func:`~tfdistributed.shards.read_shards`),
-which every worker reads with TensorFlow's own readers.
+sharded files (:mod:`tfdistributed.shards`), which every worker reads with TensorFlow's own
+readers.
 
-Also here: :func:`find_host_generators`, which spots a raw ``from_generator`` dataset whose
-generator is an R function, so that ``fit_distributed()`` refuses it at once with a message
-naming ``dataset_from_generator()`` instead of hanging. (Serving such a dataset from R's main
-thread works too - reticulate runs the callbacks there - but TensorFlow keeps calling it from
-iterators Keras throws away, and a call into R left waiting when the session ends crashed R at
-exit in our tests; the feed above has no such callback.)
+A raw ``from_generator`` dataset over an R function is spotted (and refused on R's main
+thread) by :mod:`tfdistributed.rcallbacks`, which the dataset checks of every training call run.
 """
 
 from __future__ import annotations
@@ -535,87 +531,5 @@ def start_evaluate(model, feed, **kwargs) -> TrainingJob:
     return TrainingJob(evaluate, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
 
 
-# --- raw from_generator datasets ---------------------------------------------------------------
-
-_PY_FUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
-
-
-def _graph_ops(dataset):
-    import tensorflow as tf
-    from tensorflow.core.framework import graph_pb2
-
-    # A dataset with Python callbacks has external state and would refuse to serialize.
-    ignore = tf.data.experimental.ExternalStatePolicy.IGNORE
-    graph = graph_pb2.GraphDef.FromString(
-        dataset._as_serialized_graph(external_state_policy=ignore).numpy())
-    nodes = list(graph.node)
-    for function in graph.library.function:
-        nodes += list(function.node_def)
-    return nodes
-
-
-def _is_r_callable(fn) -> bool:
-    module = getattr(fn, "__module__", "") or ""
-    return module.startswith("rpytools")
-
-
-def _calls_r(fn, depth=4) -> bool:
-    """Whether a registered callback is, or wraps, an R function.
-
-    ``from_generator`` registers small functions whose closures hold (a method of) a state
-    object, which holds the user's generator; the search follows closures, bound methods and
-    that ``_generator`` attribute a few levels deep.
-    """
-    if fn is None or depth < 0:
-        return False
-    if _is_r_callable(fn):
-        return True
-    inner = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
-             if c.cell_contents is not None]
-    inner += [getattr(fn, name) for name in ("__self__", "_generator", "_func")
-              if getattr(fn, name, None) is not None]
-    return any(_calls_r(i, depth - 1) for i in inner if callable(i) or hasattr(i, "_generator"))
-
-
-def find_host_generators(dataset) -> dict:
-    """Python callbacks inside ``dataset`` (``from_generator``, ``py_function``...).
-
-    Returns ``{"callbacks": n, "r_functions": m}``: ``m`` of the ``n`` callbacks call an R
-    function (reticulate's wrapper). Such a dataset given to ``fit`` on R's main thread hangs:
-    the callback waits for R's main thread, which waits inside ``fit``. When no callback of the
-    process calls R, the answer comes without serializing the dataset (which copies arrays held
-    in it).
-    """
-    import tensorflow as tf
-    from tensorflow.python.ops import script_ops
-
-    if not isinstance(dataset, tf.data.Dataset):
-        return {"callbacks": 0, "r_functions": 0}
-    registry = dict(script_ops._py_funcs._funcs)
-    if not any(_calls_r(fn) for fn in registry.values()):
-        return {"callbacks": 0, "r_functions": 0}
-    tokens = [node.attr["token"].s.decode() for node in _graph_ops(dataset)
-              if node.op in _PY_FUNC_OPS]
-    r_functions = sum(1 for t in tokens if t in registry and _calls_r(registry[t]))
-    return {"callbacks": len(tokens), "r_functions": r_functions}
-
-
-def refuse_r_generator_on_main_thread(dataset, what="fit"):
-    """Raise :class:`GeneratorError` if ``dataset`` calls R and we are on the main thread.
-
-    For ``tfdistributed.fit``/``evaluate``: there, such a dataset would hang forever.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if find_host_generators(dataset)["r_functions"]:
-        raise GeneratorError(
-            f"{what}() was given a tf.data dataset whose generator is an R function "
-            f"(tf$data$Dataset$from_generator(<R function>)). Called on R's main thread this "
-            f"hangs: TensorFlow calls the generator on its own thread and the call waits for R. "
-            f"Use dataset_from_generator(<your function>) with fit_distributed() / "
-            f"evaluate_distributed(), which serve the generator from R's main thread.")
-
-
 __all__ = ["BatchFeed", "GeneratorError", "TrainingJob", "check_strategy", "describe_signature",
-           "find_host_generators", "refuse_r_generator_on_main_thread", "start_evaluate",
-           "start_fit", "worker_context"]
+           "start_evaluate", "start_fit", "worker_context"]

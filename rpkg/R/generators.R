@@ -133,7 +133,7 @@ calls_r <- function(x) {
   if (!inherits(x, "tensorflow.python.data.ops.dataset_ops.DatasetV2")) {
     return(FALSE)
   }
-  found <- with_backend(backend()$generators$find_host_generators(x))
+  found <- with_backend(backend()$rcallbacks$find_host_generators(x))
   found$r_functions > 0
 }
 

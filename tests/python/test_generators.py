@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import generators
+from tfdistributed import generators, rcallbacks
 from models import digits_model as build_digits_model
 from tfdistributed.generators import BatchFeed, GeneratorError
 
@@ -151,5 +151,5 @@ def test_python_from_generator_is_not_mistaken_for_r():
 
     dataset = tf.data.Dataset.from_generator(
         python_batches, output_signature=tf.TensorSpec((None, 3), tf.float32))
-    assert generators.find_host_generators(dataset) == {"callbacks": 0, "r_functions": 0}
-    generators.refuse_r_generator_on_main_thread(dataset)
+    assert rcallbacks.find_host_generators(dataset) == {"callbacks": 0, "r_functions": 0}
+    rcallbacks.refuse_r_generator_on_main_thread(dataset)
