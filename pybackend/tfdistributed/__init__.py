@@ -9,11 +9,11 @@
 Modules: strategies (by name), cluster (TF_CONFIG), data (the input plan every fit/evaluate/
 predict follows, sharding, TFDS), training (fit, evaluate and predict under any strategy), ps
 (parameter-server training on ClusterCoordinator), loops (custom training loops), generators
-(R generators served from R's main thread), rcallbacks (datasets whose callbacks call R, refused
-where they would hang), shards (sharded TFRecord/CSV files), checkpoints
-(multi-worker-safe saving and BackupAndRestore), compat (Keras 3 repairs), launch (local
-clusters, ``python -m tfdistributed launch``), errors, demo_data (scikit-learn's digits as
-arrays or TFDS), demo (``make demo``).
+(R generators served from R's main thread), served (training on a thread that R's main thread
+feeds), rcallbacks (datasets whose callbacks call R, refused where they would hang), shards
+(sharded TFRecord/CSV files), checkpoints (multi-worker-safe saving and BackupAndRestore),
+compat (Keras 3 repairs), launch (local clusters, ``python -m tfdistributed launch``), errors,
+demo_data (scikit-learn's digits as arrays or TFDS), demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
@@ -25,7 +25,7 @@ from . import _runtime
 _runtime.prefer_pooled_cpu_allocator()
 
 from . import (checkpoints, data, generators, loops, ray_backend, rcallbacks,  # noqa: E402
-               shards, slurm)
+               served, shards, slurm)
 from ._args import KERAS_COUNT_ARGUMENTS
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
@@ -63,6 +63,6 @@ __all__ = [
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
-    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "shards",
+    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "served", "shards",
     "ray_backend", "slurm", "slurm_script", "tf_config_from_slurm",
 ]

@@ -509,27 +509,5 @@ def check_epochs(model, strategy=None, steps=None, what="fit"):
         f"means that the generator starts over.")
 
 
-def start_fit(model, feed, **kwargs) -> TrainingJob:
-    """Start ``tfdistributed.fit(model, feed.dataset(), **kwargs)`` on a training thread."""
-    from ._entry import entry
-
-    fit = entry("fit")
-
-    check_strategy(model, kwargs.get("strategy"), "fit")
-    check_epochs(model, kwargs.get("strategy"), kwargs.get("steps_per_epoch"), "fit")
-    return TrainingJob(fit, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
-
-
-def start_evaluate(model, feed, **kwargs) -> TrainingJob:
-    """Start ``tfdistributed.evaluate(model, feed.dataset(), **kwargs)`` on a training thread."""
-    from ._entry import entry
-
-    evaluate = entry("evaluate")
-
-    check_strategy(model, kwargs.get("strategy"), "evaluate")
-    check_epochs(model, kwargs.get("strategy"), kwargs.get("steps"), "evaluate")
-    return TrainingJob(evaluate, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
-
-
-__all__ = ["BatchFeed", "GeneratorError", "TrainingJob", "check_strategy", "describe_signature",
-           "start_evaluate", "start_fit", "worker_context"]
+__all__ = ["BatchFeed", "GeneratorError", "LAZY_INPUT", "TrainingJob", "check_epochs",
+           "check_strategy", "describe_signature", "worker_context"]

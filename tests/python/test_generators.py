@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import generators, rcallbacks
+from tfdistributed import rcallbacks, served
 from models import digits_model as build_digits_model
 from tfdistributed.generators import BatchFeed, GeneratorError
 
@@ -53,7 +53,7 @@ def training_threads():
 def fit_from(model, batches, **kwargs):
     feed = BatchFeed(capacity=4, stream=kwargs.get("steps_per_epoch") is not None)
     feed.put(next(batches))
-    job = generators.start_fit(model, feed, verbose=0, **kwargs)
+    job = served.start_fit(model, feed, verbose=0, **kwargs)
     serve(job, feed, batches)
     return job, feed
 
