@@ -178,10 +178,6 @@ class BatchFeed:
     # --- producer side (R's main thread) -------------------------------------------------------
 
     @property
-    def signature(self):
-        return self._spec
-
-    @property
     def failure(self):
         return self._failure
 
@@ -242,7 +238,8 @@ class BatchFeed:
 
         return int(gen_data_flow_ops.queue_size_v2(self._queue.queue_ref))
 
-    def _marker(self, flag):
+    def _marker(self):
+        """Empty leaves of the batch signature: the payload of an end-of-pass or stop element."""
         import numpy as np
 
         return [np.zeros((0,) + tuple(s.shape[1:]), s.dtype.as_numpy_dtype)
@@ -301,7 +298,7 @@ class BatchFeed:
                 f"again for the next epoch, so it must start over (e.g. reset its position).")
         if not self._stream:
             # A stream has no epochs to end: its dataset needs no marker to filter out.
-            self._enqueue(self._END_PASS, self._marker(self._END_PASS))
+            self._enqueue(self._END_PASS, self._marker())
         self.passes_done += 1
         self._batches_in_pass = 0
 
@@ -312,7 +309,7 @@ class BatchFeed:
                 return
             self._stopped.assign(True)
             if self._size() <= self._capacity:
-                self._enqueue(self._STOP, self._marker(self._STOP))
+                self._enqueue(self._STOP, self._marker())
 
     def fail(self, message: str) -> None:
         """The generator raised: TensorFlow's next read raises, training stops."""
@@ -410,10 +407,6 @@ class TrainingJob:
     def wait(self, timeout=0.01) -> bool:
         """Whether the job has finished, waiting up to ``timeout`` seconds."""
         return self._done.wait(float(timeout))
-
-    @property
-    def finished(self) -> bool:
-        return self._done.is_set()
 
     def stop(self, timeout=30.0) -> bool:
         """Close the feed (TensorFlow's next read raises) and join; False if still running."""
