@@ -9,10 +9,11 @@
 Modules: strategies (by name), cluster (TF_CONFIG), data (the input plan every fit/evaluate/
 predict follows, sharding, TFDS), training (fit, evaluate and predict under any strategy), ps
 (parameter-server training on ClusterCoordinator), loops (custom training loops), generators
-(R generators served from R's main thread, sharded TFRecord/CSV files), checkpoints
-(multi-worker-safe saving and BackupAndRestore), compat (Keras 3 repairs), launch (local
-clusters, ``python -m tfdistributed launch``), errors, demo_data (scikit-learn's digits as
-arrays or TFDS), demo (``make demo``).
+(R generators served from R's main thread), served (training on a thread that R's main thread
+feeds), rcallbacks (datasets whose callbacks call R, refused where they would hang), shards
+(sharded TFRecord/CSV files), checkpoints (multi-worker-safe saving and BackupAndRestore),
+compat (Keras 3 repairs), launch (local clusters, ``python -m tfdistributed launch``), errors,
+demo_data (scikit-learn's digits as arrays or TFDS), demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
@@ -23,7 +24,8 @@ from . import _runtime
 # (_runtime.py says why: without it a multi-worker step page-faults its tensors in every step).
 _runtime.prefer_pooled_cpu_allocator()
 
-from . import checkpoints, data, generators, loops, ray_backend, slurm  # noqa: E402
+from . import (checkpoints, data, generators, loops, ray_backend, rcallbacks,  # noqa: E402
+               served, shards, slurm)
 from ._args import KERAS_COUNT_ARGUMENTS
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
@@ -31,10 +33,11 @@ from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_c
 from .data import (SHARD_POLICIES, check_sharding, global_batch_size, load_tfds, make_dataset,
                    shard_policy, with_shard_policy)
 from .demo_data import digits_arrays, write_digits_tfds
-from .generators import GeneratorError, read_shards, write_shards
-from .errors import (ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError,
-                     ShardingError, StrategyError, TFDistributedError, TrainingError)
+from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, LaunchError,
+                     LaunchTimeoutError, ShardingError, StrategyError, TFDistributedError,
+                     TrainingError)
 from .launch import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch, run_server
+from .shards import read_shards, write_shards
 from .slurm import slurm_script, tf_config_from_slurm
 from .strategies import (STRATEGY_NAMES, canonical_name, configure_cpu_devices, make_strategy,
                          strategy_info, strategy_kind)
@@ -48,11 +51,6 @@ from . import compat as _compat  # noqa: E402
 
 _compat.install()
 
-# A tf.data dataset over an R generator, given to fit/evaluate on R's main thread, would hang:
-# the input plan refuses it (registered here so that data and training need not import
-# generators, which imports training).
-data.register_dataset_check(generators.refuse_r_generator_on_main_thread)
-
 __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
     "checkpoints", "loops",
@@ -65,6 +63,6 @@ __all__ = [
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
-    "write_digits_tfds", "write_shards", "generators",
+    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "served", "shards",
     "ray_backend", "slurm", "slurm_script", "tf_config_from_slurm",
 ]

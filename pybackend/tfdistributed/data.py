@@ -36,11 +36,12 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ._args import as_int, as_str
 from .errors import (ArgumentTypeError, ShardingError, TFDistributedError, TrainingError,
                      did_you_mean)
+from .rcallbacks import refuse_r_generator_on_main_thread
 
 _log = logging.getLogger(__name__)
 
@@ -501,38 +502,25 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
 
 # --- the input plan ---------------------------------------------------------------------------
 
-#: Checks run on every dataset given to fit/evaluate, in order: ``check(dataset, what)`` raises
-#: to refuse it. ``tfdistributed/__init__.py`` registers the refusal of R generators on R's main
-#: thread (where such a dataset would hang), so this module does not import that one.
-_DATASET_CHECKS: list[Callable] = []
-
-
-def register_dataset_check(check: Callable) -> None:
-    """Run ``check(dataset, what)`` on every dataset :func:`plan_input` is given for fit or
-    evaluate (the training data and the validation data); registering twice is a no-op."""
-    if check not in _DATASET_CHECKS:
-        _DATASET_CHECKS.append(check)
-
-
 def check_dataset(dataset, what: str = "fit") -> None:
-    """Run the registered dataset checks (see :func:`register_dataset_check`) on ``dataset``.
+    """Refuse a dataset that ``fit``/``evaluate`` cannot read here; :func:`plan_input` runs this
+    on every dataset it is given for fit or evaluate (the training and the validation data).
+
+    Today one check: a dataset whose Python callback calls an R function (e.g.
+    ``tf$data$Dataset$from_generator(<R function>)``) hangs when trained on R's main thread
+    (:func:`tfdistributed.rcallbacks.refuse_r_generator_on_main_thread`).
 
     Args:
         dataset: a ``tf.data.Dataset`` about to be trained or evaluated on.
         what: the call, named in the messages (``"fit"``, ``"model.fit"``...).
 
     Raises:
-        TFDistributedError: a check refused the dataset (e.g. ``GeneratorError`` for a dataset
-            over an R generator on R's main thread, where it would hang).
+        GeneratorError: a dataset over an R generator, on R's main thread (where it would hang).
 
     Example:
         >>> check_dataset(tf.data.Dataset.range(4), "fit")    # doctest: +SKIP
     """
-    for check in _DATASET_CHECKS:
-        check(dataset, what)
-
-
-_SOURCES = ("arrays", "dataset", "function")
+    refuse_r_generator_on_main_thread(dataset, what)
 
 
 @dataclass(frozen=True)
@@ -555,6 +543,7 @@ class InputPlan:
         class_weight: only for a dataset input, for Keras to apply; None otherwise.
         validation: None, a ``tf.data.Dataset``, or ``(x, y, sample_weight)`` checked arrays
             (``sample_weight`` None when not given).
+        validation_source: which of those ``validation`` is: None, ``"dataset"`` or ``"arrays"``.
         shuffle, seed: shuffle arrays every epoch with this seed.
         shard_policy: the shard policy asked for (None: ``"data"`` for arrays, the dataset's own).
         check_shards: run :func:`check_sharding` on datasets of a multi-worker job.
@@ -572,6 +561,7 @@ class InputPlan:
     batch_size: int | None = None
     class_weight: Any = None
     validation: Any = None
+    validation_source: str | None = None
     shuffle: bool = False
     seed: int | None = None
     shard_policy: str | None = None
@@ -588,9 +578,11 @@ class InputPlan:
         return self.global_batch // self.replicas
 
     @property
-    def inline(self) -> bool:
-        """Evaluation, prediction and validation run on this process alone (parameter-server
-        strategies: the chief computes them), so their datasets are not sharded."""
+    def chief_reads_whole_input(self) -> bool:
+        """Whether the datasets this plan builds are read whole by the chief alone, not split
+        over workers: under parameter-server strategies the chief computes evaluation,
+        prediction and validation itself (the training input is built per worker by
+        :mod:`tfdistributed.ps`). Those datasets get no shard policy and no shard check."""
         return self.kind == "parameter_server"
 
     @property
@@ -603,7 +595,7 @@ class InputPlan:
         return _slices(self.arrays)
 
     def dataset(self):
-        """The input as a dataset of global batches: what Keras (or the chief, inline) reads.
+        """The input as a dataset of global batches: what Keras (or the chief alone) reads.
 
         Arrays are batched with the global batch, shuffled for ``fit`` when asked, with the
         shard policy (``"data"`` by default); a dataset gets the shard policy asked for. In a
@@ -621,7 +613,7 @@ class InputPlan:
         """``validation`` as a dataset of global batches (never shuffled), or None."""
         if self.validation is None:
             return None
-        if isinstance(self.validation, tuple):
+        if self.validation_source == "arrays":
             parts = tuple(p for p in self.validation if p is not None)
             return self._distributed(parts, num_examples(parts[0]), shuffle=False,
                                      label="the validation data")
@@ -629,14 +621,14 @@ class InputPlan:
 
     def _distributed(self, arrays_or_dataset, n, *, shuffle, label):
         if n is not None:
-            policy = "data" if self.inline else (self.shard_policy or "data")
+            policy = "data" if self.chief_reads_whole_input else (self.shard_policy or "data")
             dataset = _batched(arrays_or_dataset, n, batch_size=self.global_batch,
                                shuffle=shuffle, seed=self.seed, policy=policy)
         else:
             dataset = arrays_or_dataset
-            if self.shard_policy is not None and not self.inline:
+            if self.shard_policy is not None and not self.chief_reads_whole_input:
                 dataset = with_shard_policy(dataset, self.shard_policy)
-        if self.check_shards and self.workers > 1 and not self.inline:
+        if self.check_shards and self.workers > 1 and not self.chief_reads_whole_input:
             try:
                 check_sharding(dataset, self.workers)
             except ShardingError as e:
@@ -648,7 +640,7 @@ class InputPlan:
         smaller, when known: for arrays, and for a dataset whose cardinality TensorFlow knows
         (else ``None``)."""
         if validation:
-            if isinstance(self.validation, tuple):
+            if self.validation_source == "arrays":
                 return -(-num_examples(self.validation[0]) // self.global_batch)
             data = self.validation
         elif self.source == "arrays":
@@ -769,15 +761,18 @@ def _check_batch(batch_size, replicas: int, what: str):
         f"strategy)) or {(per + 1) * replicas}.")
 
 
-def _validation_parts(validation_data, what: str):
-    """``validation_data`` as a dataset, ``(x, y, sample_weight or None)`` raw parts, or None."""
+def _validation(validation_data, what: str):
+    """``(validation_source, validation)``: ``(None, None)``, ``("dataset", the dataset)`` or
+    ``("arrays", (x, y, sample_weight or None))`` checked by :func:`as_arrays`."""
     import tensorflow as tf
 
-    if validation_data is None or isinstance(validation_data, tf.data.Dataset):
-        return validation_data
+    if validation_data is None:
+        return None, None
+    if isinstance(validation_data, tf.data.Dataset):
+        return "dataset", validation_data
     if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
         x_val, y_val, *rest = validation_data
-        return x_val, y_val, (rest or [None])[0]
+        return "arrays", _checked_arrays(x_val, y_val, (rest or [None])[0])[:3]
     raise ArgumentTypeError(
         f"{what}(): validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val) "
         f"arrays, or a tf.data.Dataset of batches; got {type(validation_data).__name__}"
@@ -790,6 +785,16 @@ def _checked_arrays(x, y, sample_weight):
     parts, n = as_arrays(x, y, sample_weight)
     given = iter(parts)
     return (next(given), *(next(given) if p is not None else None for p in (y, sample_weight)), n)
+
+
+def _split_off_validation(x, y, sample_weight, fraction):
+    """``((x, y, sample_weight), (x_val, y_val, sample_weight_val))``: ``validation_split``'s
+    last rows held out, None parts staying None."""
+    given = [p for p in (x, y, sample_weight) if p is not None]
+    train, held_out = split_validation(given, fraction)
+    train, held_out = iter(train), iter(held_out)
+    return tuple(tuple(next(parts) if p is not None else None for p in (x, y, sample_weight))
+                 for parts in (train, held_out))
 
 
 def plan_input(what, x=None, y=None, *, kind, replicas=1, workers=1, batch_size=None,
@@ -837,20 +842,14 @@ def plan_input(what, x=None, y=None, *, kind, replicas=1, workers=1, batch_size=
         raise ArgumentTypeError(
             f"{what}(): validation_split works with arrays only, since a dataset cannot be split "
             f"without reading it. Pass validation_data= (a separate dataset), or give arrays.")
-    validation = _validation_parts(validation_data, what)
-    if isinstance(validation, tuple):
-        validation = _checked_arrays(*validation)[:3]
+    validation_source, validation = _validation(validation_data, what)
     n = None
     if source == "arrays":
         x, y, sample_weight, n = _checked_arrays(x, y, sample_weight)
-        if validation_split and validation is None:
-            given = [p for p in (x, y, sample_weight) if p is not None]
-            train, held_out = split_validation(given, validation_split)
-            train, held_out = iter(train), iter(held_out)
-            x, y, sample_weight = [next(train) if p is not None else None
-                                   for p in (x, y, sample_weight)]
-            validation = tuple(next(held_out) if p is not None else None
-                               for p in (x, y, sample_weight))
+        if validation_split and validation_source is None:
+            (x, y, sample_weight), validation = _split_off_validation(x, y, sample_weight,
+                                                                      validation_split)
+            validation_source = "arrays"
             n = num_examples(x)
         if class_weight is not None and y is not None:
             # Per-example weights, the same under every strategy (Keras' own class_weight cannot
@@ -860,18 +859,12 @@ def plan_input(what, x=None, y=None, *, kind, replicas=1, workers=1, batch_size=
     if class_weight is not None and kind == "parameter_server":
         raise ArgumentTypeError(f"{what}(): under 'parameter_server', class_weight works with "
                                 f"arrays; weight a dataset's examples in the dataset itself.")
-    if what in ("fit", "evaluate"):
-        for dataset in (x, validation):
-            if source != "function" and _is_dataset(dataset):
-                check_dataset(dataset, what)
+    if what in ("fit", "evaluate") and source != "function":
+        for data, data_source in ((x, source), (validation, validation_source)):
+            if data_source == "dataset":
+                check_dataset(data, what)
     return InputPlan(what=what, kind=kind, replicas=int(replicas), workers=int(workers),
                      source=source, x=x, y=y, sample_weight=sample_weight, num_examples=n,
                      batch_size=batch_size, class_weight=class_weight, validation=validation,
-                     shuffle=bool(shuffle), seed=seed, shard_policy=shard_policy,
-                     check_shards=bool(check_shards))
-
-
-def _is_dataset(value) -> bool:
-    import tensorflow as tf
-
-    return isinstance(value, tf.data.Dataset)
+                     validation_source=validation_source, shuffle=bool(shuffle), seed=seed,
+                     shard_policy=shard_policy, check_shards=bool(check_shards))

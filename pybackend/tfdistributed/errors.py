@@ -67,6 +67,10 @@ class TrainingError(TFDistributedError, RuntimeError):
     """fit/evaluate cannot run as asked (model outside the scope, bad batch size...)."""
 
 
+class GeneratorError(TFDistributedError, RuntimeError):
+    """An R (or Python) batch generator failed, returned a bad batch, or cannot run here."""
+
+
 class LaunchError(TFDistributedError, RuntimeError):
     """A task of a local cluster failed; ``results`` holds every task's outcome (of the last
     attempt when the job was restarted), ``failure`` the failed task's ``{"task", "ended",

@@ -1,4 +1,7 @@
-"""Data bigger than memory: batches produced by an R function, and sharded files.
+"""Data bigger than memory, from R code: batches produced by an R function, fed to training.
+
+(Sharded files, the other way to train on data bigger than memory, are in
+:mod:`tfdistributed.shards`.)
 
 **Why R generators need their own path.** ``tf.data.Dataset.from_generator(<R function>)``
 given to Keras ``fit`` hangs, even under the default strategy: TensorFlow calls the generator
@@ -28,41 +31,23 @@ default and ``one_device`` strategies (see :data:`LAZY_INPUT`); elsewhere ``step
 sets them. Under ``parameter_server`` the per-worker input pipelines run inside the
 workers' TensorFlow servers, which have no R (and a ``from_generator`` function cannot be
 shipped to another process): :func:`check_strategy` refuses with a message pointing to
-sharded files (:func:`write_shards`, :func:`read_shards`), which every worker reads with
-TensorFlow's own readers.
+sharded files (:mod:`tfdistributed.shards`), which every worker reads with TensorFlow's own
+readers.
 
-Also here: :func:`find_host_generators`, which spots a raw ``from_generator`` dataset whose
-generator is an R function, so that ``fit_distributed()`` refuses it at once with a message
-naming ``dataset_from_generator()`` instead of hanging. (Serving such a dataset from R's main
-thread works too - reticulate runs the callbacks there - but TensorFlow keeps calling it from
-iterators Keras throws away, and a call into R left waiting when the session ends crashed R at
-exit in our tests; the feed above has no such callback.)
+A raw ``from_generator`` dataset over an R function is spotted (and refused on R's main
+thread) by :mod:`tfdistributed.rcallbacks`, which the dataset checks of every training call run.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 import threading
 import time
 import warnings
 
-from ._args import as_int, as_str
-from .errors import ArgumentTypeError, TFDistributedError
+from ._args import as_int
+from .errors import GeneratorError
 
 DEFAULT_CAPACITY = 8
-FORMATS = ("tfrecord", "csv")
-SCHEMA_FILE = "schema.json"
-
-
-class GeneratorError(TFDistributedError, RuntimeError):
-    """An R (or Python) batch generator failed, returned a bad batch, or cannot run here."""
-
-
-# Listed under tfdistributed.errors like the rest of the family, so the R package gives it the
-# condition class `tfdistributed_generator_error` (it derives R classes from that module path).
-GeneratorError.__module__ = "tfdistributed.errors"
 
 SIGNATURE_HELP = ("The generator must return list(x, y) or list(x, y, sample_weight) for each "
                   "batch (NULL to end an epoch), where x is a numeric array (or a list of them "
@@ -193,10 +178,6 @@ class BatchFeed:
     # --- producer side (R's main thread) -------------------------------------------------------
 
     @property
-    def signature(self):
-        return self._spec
-
-    @property
     def failure(self):
         return self._failure
 
@@ -257,7 +238,8 @@ class BatchFeed:
 
         return int(gen_data_flow_ops.queue_size_v2(self._queue.queue_ref))
 
-    def _marker(self, flag):
+    def _marker(self):
+        """Empty leaves of the batch signature: the payload of an end-of-pass or stop element."""
         import numpy as np
 
         return [np.zeros((0,) + tuple(s.shape[1:]), s.dtype.as_numpy_dtype)
@@ -316,7 +298,7 @@ class BatchFeed:
                 f"again for the next epoch, so it must start over (e.g. reset its position).")
         if not self._stream:
             # A stream has no epochs to end: its dataset needs no marker to filter out.
-            self._enqueue(self._END_PASS, self._marker(self._END_PASS))
+            self._enqueue(self._END_PASS, self._marker())
         self.passes_done += 1
         self._batches_in_pass = 0
 
@@ -327,7 +309,7 @@ class BatchFeed:
                 return
             self._stopped.assign(True)
             if self._size() <= self._capacity:
-                self._enqueue(self._STOP, self._marker(self._STOP))
+                self._enqueue(self._STOP, self._marker())
 
     def fail(self, message: str) -> None:
         """The generator raised: TensorFlow's next read raises, training stops."""
@@ -426,10 +408,6 @@ class TrainingJob:
         """Whether the job has finished, waiting up to ``timeout`` seconds."""
         return self._done.wait(float(timeout))
 
-    @property
-    def finished(self) -> bool:
-        return self._done.is_set()
-
     def stop(self, timeout=30.0) -> bool:
         """Close the feed (TensorFlow's next read raises) and join; False if still running."""
         if self._feed is not None:
@@ -489,7 +467,7 @@ def check_strategy(model, strategy=None, what="fit") -> dict:
             f"process. Write the data as files instead: every worker then reads its share with "
             f"TensorFlow's own readers.",
             hints={"r": "With write_dataset_shards(), then dataset_from_files().",
-                   "python": "With tfdistributed.generators.write_shards(), then read_shards()."})
+                   "python": "With tfdistributed.write_shards(), then read_shards()."})
     if context["kind"] == "tpu":
         raise GeneratorError(f"{what}() cannot stream from an R generator to a TPU: TPU input "
                              f"pipelines run on the TPU host. Use files (write_dataset_shards()).")
@@ -524,270 +502,5 @@ def check_epochs(model, strategy=None, steps=None, what="fit"):
         f"means that the generator starts over.")
 
 
-def start_fit(model, feed, **kwargs) -> TrainingJob:
-    """Start ``tfdistributed.fit(model, feed.dataset(), **kwargs)`` on a training thread."""
-    from ._entry import entry
-
-    fit = entry("fit")
-
-    check_strategy(model, kwargs.get("strategy"), "fit")
-    check_epochs(model, kwargs.get("strategy"), kwargs.get("steps_per_epoch"), "fit")
-    return TrainingJob(fit, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
-
-
-def start_evaluate(model, feed, **kwargs) -> TrainingJob:
-    """Start ``tfdistributed.evaluate(model, feed.dataset(), **kwargs)`` on a training thread."""
-    from ._entry import entry
-
-    evaluate = entry("evaluate")
-
-    check_strategy(model, kwargs.get("strategy"), "evaluate")
-    check_epochs(model, kwargs.get("strategy"), kwargs.get("steps"), "evaluate")
-    return TrainingJob(evaluate, {"model": model, "x": feed.dataset(), **kwargs}, feed).start()
-
-
-# --- raw from_generator datasets ---------------------------------------------------------------
-
-_PY_FUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
-
-
-def _graph_ops(dataset):
-    import tensorflow as tf
-    from tensorflow.core.framework import graph_pb2
-
-    # A dataset with Python callbacks has external state and would refuse to serialize.
-    ignore = tf.data.experimental.ExternalStatePolicy.IGNORE
-    graph = graph_pb2.GraphDef.FromString(
-        dataset._as_serialized_graph(external_state_policy=ignore).numpy())
-    nodes = list(graph.node)
-    for function in graph.library.function:
-        nodes += list(function.node_def)
-    return nodes
-
-
-def _is_r_callable(fn) -> bool:
-    module = getattr(fn, "__module__", "") or ""
-    return module.startswith("rpytools")
-
-
-def _calls_r(fn, depth=4) -> bool:
-    """Whether a registered callback is, or wraps, an R function.
-
-    ``from_generator`` registers small functions whose closures hold (a method of) a state
-    object, which holds the user's generator; the search follows closures, bound methods and
-    that ``_generator`` attribute a few levels deep.
-    """
-    if fn is None or depth < 0:
-        return False
-    if _is_r_callable(fn):
-        return True
-    inner = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
-             if c.cell_contents is not None]
-    inner += [getattr(fn, name) for name in ("__self__", "_generator", "_func")
-              if getattr(fn, name, None) is not None]
-    return any(_calls_r(i, depth - 1) for i in inner if callable(i) or hasattr(i, "_generator"))
-
-
-def find_host_generators(dataset) -> dict:
-    """Python callbacks inside ``dataset`` (``from_generator``, ``py_function``...).
-
-    Returns ``{"callbacks": n, "r_functions": m}``: ``m`` of the ``n`` callbacks call an R
-    function (reticulate's wrapper). Such a dataset given to ``fit`` on R's main thread hangs:
-    the callback waits for R's main thread, which waits inside ``fit``. When no callback of the
-    process calls R, the answer comes without serializing the dataset (which copies arrays held
-    in it).
-    """
-    import tensorflow as tf
-    from tensorflow.python.ops import script_ops
-
-    if not isinstance(dataset, tf.data.Dataset):
-        return {"callbacks": 0, "r_functions": 0}
-    registry = dict(script_ops._py_funcs._funcs)
-    if not any(_calls_r(fn) for fn in registry.values()):
-        return {"callbacks": 0, "r_functions": 0}
-    tokens = [node.attr["token"].s.decode() for node in _graph_ops(dataset)
-              if node.op in _PY_FUNC_OPS]
-    r_functions = sum(1 for t in tokens if t in registry and _calls_r(registry[t]))
-    return {"callbacks": len(tokens), "r_functions": r_functions}
-
-
-def refuse_r_generator_on_main_thread(dataset, what="fit"):
-    """Raise :class:`GeneratorError` if ``dataset`` calls R and we are on the main thread.
-
-    For ``tfdistributed.fit``/``evaluate``: there, such a dataset would hang forever.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if find_host_generators(dataset)["r_functions"]:
-        raise GeneratorError(
-            f"{what}() was given a tf.data dataset whose generator is an R function "
-            f"(tf$data$Dataset$from_generator(<R function>)). Called on R's main thread this "
-            f"hangs: TensorFlow calls the generator on its own thread and the call waits for R. "
-            f"Use dataset_from_generator(<your function>) with fit_distributed() / "
-            f"evaluate_distributed(), which serve the generator from R's main thread.")
-
-
-# --- sharded files -----------------------------------------------------------------------------
-
-def _shard_paths(directory, prefix, num_shards, fmt):
-    ext = "tfrecord" if fmt == "tfrecord" else "csv"
-    return [os.path.join(directory, f"{prefix}-{i:05d}-of-{num_shards:05d}.{ext}")
-            for i in range(num_shards)]
-
-
-def _columns(columns):
-    import numpy as np
-
-    if not isinstance(columns, dict) or not columns:
-        raise ArgumentTypeError("write_shards() needs columns as a non-empty {name: array} dict "
-                                "(from R: a data frame).")
-    out, n = {}, None
-    for name, values in columns.items():
-        array = np.asarray(values)
-        if array.ndim != 1 or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
-            raise ArgumentTypeError(f"Column {name!r} must be a numeric vector (got dtype "
-                                    f"{array.dtype}, {array.ndim} dimensions); convert factors "
-                                    f"and strings to numbers first.")
-        kind = "int" if np.issubdtype(array.dtype, np.integer) or array.dtype == bool else "float"
-        out[str(name)] = (array.astype(np.int64 if kind == "int" else np.float32), kind)
-        if n is not None and len(array) != n:
-            raise ArgumentTypeError("All columns must have the same length.")
-        n = len(array)
-    return out, n
-
-
-def write_shards(columns, directory, num_shards=2, *, format="tfrecord", prefix="part"):
-    """Write a table (``{name: 1-D array}``) as ``num_shards`` files for multi-worker reading.
-
-    Rows are split into ``num_shards`` contiguous, nearly equal parts, one file each
-    (``part-00000-of-00004.tfrecord``...). ``format`` is ``"tfrecord"`` (one ``tf.train.Example``
-    per row, int64 or float features) or ``"csv"`` (with a header). A ``schema.json`` next to the
-    files records the columns and their types for :func:`read_shards`. Use at least as many
-    files as workers (the ``"file"`` shard policy gives each worker whole files). Returns the
-    file paths.
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    fmt = as_str(format, "format").lower()
-    if fmt not in FORMATS:
-        raise ArgumentTypeError(f"Unknown format {format!r}; use 'tfrecord' or 'csv'.")
-    num_shards = as_int(num_shards, "num_shards", minimum=1)
-    cols, n = _columns(columns)
-    if n < num_shards:
-        raise ArgumentTypeError(f"{n} rows cannot fill {num_shards} files; use num_shards <= {n}.")
-    directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
-    paths = _shard_paths(directory, as_str(prefix, "prefix"), num_shards, fmt)
-    bounds = np.linspace(0, n, num_shards + 1).round().astype(int)
-    names = list(cols)
-    for path, start, stop in zip(paths, bounds[:-1], bounds[1:]):
-        if fmt == "tfrecord":
-            with tf.io.TFRecordWriter(path) as writer:
-                for i in range(start, stop):
-                    feature = {}
-                    for name, (values, kind) in cols.items():
-                        if kind == "int":
-                            feature[name] = tf.train.Feature(
-                                int64_list=tf.train.Int64List(value=[int(values[i])]))
-                        else:
-                            feature[name] = tf.train.Feature(
-                                float_list=tf.train.FloatList(value=[float(values[i])]))
-                    example = tf.train.Example(features=tf.train.Features(feature=feature))
-                    writer.write(example.SerializeToString())
-        else:
-            with open(path, "w", newline="") as f:
-                writer = csv.writer(f)
-                writer.writerow(names)
-                block = [cols[name][0][start:stop] for name in names]
-                writer.writerows(zip(*[b.tolist() for b in block]))
-    schema = {"format": fmt, "columns": [{"name": k, "type": v[1]} for k, v in cols.items()],
-              "files": [os.path.basename(p) for p in paths], "rows": int(n)}
-    with open(os.path.join(directory, SCHEMA_FILE), "w") as f:
-        json.dump(schema, f, indent=1)
-    return paths
-
-
-def _schema(directory):
-    if not os.path.isdir(directory):
-        raise TFDistributedError(
-            f"Directory {directory!r} does not exist; write the data with its shard writer first.",
-            hints={"python": "It is tfdistributed.generators.write_shards().",
-                   "r": "It is write_dataset_shards()."})
-    path = os.path.join(directory, SCHEMA_FILE)
-    if not os.path.isfile(path):
-        raise TFDistributedError(
-            f"{directory!r} has no {SCHEMA_FILE}: only directories of shards written by this "
-            f"package can be read this way; write the data with its shard writer first.",
-            hints={"python": "It is tfdistributed.generators.write_shards().",
-                   "r": "It is write_dataset_shards()."})
-    with open(path) as f:
-        return json.load(f)
-
-
-def read_shards(directory, label, *, batch_size, features=None, shuffle_files=False,
-                seed=None, shard_policy="file"):
-    """The files written by :func:`write_shards` as a batched ``(x, y)`` ``tf.data.Dataset``.
-
-    Read with TensorFlow's own readers (``TFRecordDataset`` / ``TextLineDataset`` with
-    ``decode_csv``), one file after
-    the other; ``x`` is a float32 matrix of the ``features`` columns (default: every column
-    but ``label``), ``y`` the ``label`` column. The shard policy defaults to ``"file"``: with
-    several workers each reads whole files, so it needs at least as many files as workers
-    (``fit`` checks that before training: :func:`tfdistributed.check_sharding`).
-    ``batch_size`` is the global batch size.
-    """
-    import tensorflow as tf
-
-    from .data import with_shard_policy
-
-    directory = os.fspath(directory)
-    schema = _schema(directory)
-    types = {c["name"]: c["type"] for c in schema["columns"]}
-    label = as_str(label, "label")
-    if label not in types:
-        raise ArgumentTypeError(f"No column {label!r} in {directory!r}; its columns are "
-                                f"{', '.join(types)}.")
-    features = [as_str(f, "features") for f in (features or [c for c in types if c != label])]
-    unknown = [f for f in features if f not in types]
-    if unknown:
-        raise ArgumentTypeError(f"Unknown feature column(s) {unknown}; the columns are "
-                                f"{', '.join(types)}.")
-    batch_size = as_int(batch_size, "batch_size", minimum=1)
-    paths = [os.path.join(directory, name) for name in schema["files"]]
-    files = tf.data.Dataset.from_tensor_slices(paths)
-    if shuffle_files:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    label_dtype = tf.int32 if types[label] == "int" else tf.float32
-    if schema["format"] == "tfrecord":
-        spec = {name: tf.io.FixedLenFeature([], tf.int64 if kind == "int" else tf.float32)
-                for name, kind in types.items()}
-
-        def parse(records):
-            parsed = tf.io.parse_example(records, spec)
-            x = tf.stack([tf.cast(parsed[f], tf.float32) for f in features], axis=1)
-            return x, tf.cast(parsed[label], label_dtype)
-
-        dataset = files.interleave(tf.data.TFRecordDataset, cycle_length=1)
-        dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        names = [c["name"] for c in schema["columns"]]
-        defaults = [tf.constant(0, tf.int64) if types[n] == "int" else tf.constant(0.0)
-                    for n in names]
-
-        def parse(lines):
-            values = dict(zip(names, tf.io.decode_csv(lines, defaults)))
-            x = tf.stack([tf.cast(values[f], tf.float32) for f in features], axis=1)
-            return x, tf.cast(values[label], label_dtype)
-
-        # TextLineDataset, not CsvDataset: TensorFlow's file-level auto-sharding recognises the
-        # former as a file reader and refuses the latter ("unshardable source dataset").
-        dataset = files.interleave(lambda path: tf.data.TextLineDataset(path).skip(1),
-                                   cycle_length=1)
-        dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return with_shard_policy(dataset.prefetch(tf.data.AUTOTUNE), shard_policy)
-
-
-__all__ = ["BatchFeed", "GeneratorError", "TrainingJob", "check_strategy", "describe_signature",
-           "find_host_generators", "read_shards", "refuse_r_generator_on_main_thread",
-           "start_evaluate", "start_fit", "worker_context", "write_shards"]
+__all__ = ["BatchFeed", "GeneratorError", "LAZY_INPUT", "TrainingJob", "check_epochs",
+           "check_strategy", "describe_signature", "worker_context"]

@@ -133,7 +133,7 @@ calls_r <- function(x) {
   if (!inherits(x, "tensorflow.python.data.ops.dataset_ops.DatasetV2")) {
     return(FALSE)
   }
-  found <- with_backend(backend()$generators$find_host_generators(x))
+  found <- with_backend(backend()$rcallbacks$find_host_generators(x))
   found$r_functions > 0
 }
 
@@ -230,7 +230,8 @@ run_served <- function(model, x, strategy, args, what, passes, stream) {
   if (!is.null(state$error)) {
     stop(state$error)
   }
-  starter <- if (what == "fit") gens$start_fit else gens$start_evaluate
+  served <- backend()$served
+  starter <- if (what == "fit") served$start_fit else served$start_evaluate
   job <- with_backend(do.call(starter, c(list(model, feed), args)))
   on.exit(stop_job(job), add = TRUE)
   repeat {

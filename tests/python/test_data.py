@@ -175,6 +175,7 @@ def test_plan_validation_data_keeps_its_sample_weights(where):
     plan = plan_input("fit", x, y, validation_data=(x[:10], y[:10], w[:10]), batch_size=4,
                       **where)
     x_val, y_val, w_val = plan.validation
+    assert plan.validation_source == "arrays"
     np.testing.assert_array_equal(w_val, w[:10].astype("float32"))
     batches = list(plan.validation_dataset())
     assert [len(b) for b in batches] == [3, 3, 3]  # (x, y, sample_weight) in every batch
@@ -225,6 +226,8 @@ def test_plan_validation_split_takes_the_last_rows_of_every_part():
     both = plan_input("fit", x, y, validation_split=0.25, validation_data=(x[:5], y[:5]),
                       kind="default")
     assert both.num_examples == 40 and len(both.validation[0]) == 5
+    assert plan.validation_source == no_y.validation_source == both.validation_source == "arrays"
+    assert plan_input("fit", x, y, kind="default").validation_source is None
 
 
 @pytest.mark.parametrize("where", KINDS, ids=lambda k: k["kind"])
@@ -273,7 +276,10 @@ def test_plan_checks_shards_of_a_multi_worker_dataset(digits_tfds_dir):
     assert tfd.shard_policy(plan_input("fit", train, kind="multi_worker_mirrored", workers=2,
                                        shard_policy="data").dataset()) == "data"
     # The parameter-server chief evaluates by itself: nothing to shard there.
-    assert plan_input("evaluate", train, kind="parameter_server", workers=2).dataset() is train
+    on_chief = plan_input("evaluate", train, kind="parameter_server", workers=2,
+                          validation_data=train)
+    assert on_chief.chief_reads_whole_input and on_chief.validation_source == "dataset"
+    assert on_chief.dataset() is train and on_chief.validation_dataset() is train
 
 
 def test_parameter_server_epochs_of_arrays_that_do_not_divide_are_announced(caplog):

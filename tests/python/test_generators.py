@@ -1,7 +1,7 @@
 """The batch feed behind R generators, driven from Python exactly as the R package drives it
-(producer loop on the main thread, training on a job thread), and the sharded-file helpers."""
+(producer loop on the main thread, training on a job thread). The sharded files are in
+test_shards.py."""
 
-import os
 import threading
 import time
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import generators
+from tfdistributed import rcallbacks, served
 from models import digits_model as build_digits_model
 from tfdistributed.generators import BatchFeed, GeneratorError
 
@@ -53,7 +53,7 @@ def training_threads():
 def fit_from(model, batches, **kwargs):
     feed = BatchFeed(capacity=4, stream=kwargs.get("steps_per_epoch") is not None)
     feed.put(next(batches))
-    job = generators.start_fit(model, feed, verbose=0, **kwargs)
+    job = served.start_fit(model, feed, verbose=0, **kwargs)
     serve(job, feed, batches)
     return job, feed
 
@@ -151,38 +151,5 @@ def test_python_from_generator_is_not_mistaken_for_r():
 
     dataset = tf.data.Dataset.from_generator(
         python_batches, output_signature=tf.TensorSpec((None, 3), tf.float32))
-    assert generators.find_host_generators(dataset) == {"callbacks": 0, "r_functions": 0}
-    generators.refuse_r_generator_on_main_thread(dataset)
-
-
-@pytest.mark.parametrize("fmt", ["tfrecord", "csv"])
-def test_sharded_files_round_trip_and_train(tmp_path, digits, fmt):
-    (x, y), _ = digits
-    flat = x.reshape(len(x), -1)
-    columns = {f"p{i}": flat[:, i].astype(np.float64) for i in range(64)}
-    columns["label"] = y
-    paths = tfd.write_shards(columns, tmp_path, num_shards=4, format=fmt)
-    assert [os.path.basename(p) for p in paths] == [f"part-0000{i}-of-00004.{fmt}" for i in range(4)]
-    dataset = tfd.read_shards(tmp_path, "label", batch_size=64)
-    assert tfd.shard_policy(dataset) == "file"
-    xs, ys = zip(*[(bx.numpy(), by.numpy()) for bx, by in dataset])
-    np.testing.assert_allclose(np.concatenate(xs), flat, rtol=1e-6)
-    np.testing.assert_array_equal(np.concatenate(ys), y)
-    assert tfd.check_sharding(dataset, 4) == "file"
-    with pytest.raises(tfd.ShardingError, match="write the data as at least 5 files"):
-        tfd.check_sharding(dataset, 5)
-
-
-def test_file_helpers_name_the_mistake(tmp_path):
-    with pytest.raises(tfd.ArgumentTypeError, match="Unknown format 'parquet'"):
-        tfd.write_shards({"a": np.zeros(4)}, tmp_path, format="parquet")
-    with pytest.raises(tfd.ArgumentTypeError, match="use num_shards <= 2"):
-        tfd.write_shards({"a": np.zeros(2)}, tmp_path, num_shards=3)
-    tfd.write_shards({"a": np.zeros(4), "b": np.arange(4)}, tmp_path)
-    with pytest.raises(tfd.ArgumentTypeError, match="No column 'label'.*a, b"):
-        tfd.read_shards(tmp_path, "label", batch_size=2)
-    with pytest.raises(tfd.TFDistributedError, match="'.*nowhere' does not exist.*write_shards"):
-        tfd.read_shards(tmp_path / "nowhere", "a", batch_size=2)
-    (tmp_path / "other").mkdir()
-    with pytest.raises(tfd.TFDistributedError, match="has no schema.json"):
-        tfd.read_shards(tmp_path / "other", "a", batch_size=2)
+    assert rcallbacks.find_host_generators(dataset) == {"callbacks": 0, "r_functions": 0}
+    rcallbacks.refuse_r_generator_on_main_thread(dataset)

@@ -140,7 +140,7 @@ def test_a_batch_of_the_wrong_shape_or_type_names_the_signature(gr):
 
 
 def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
-    from tfdistributed import GeneratorError, generators
+    from tfdistributed import GeneratorError, rcallbacks
 
     started = time.monotonic()
     gr("""
@@ -170,11 +170,12 @@ def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
                               "an R function")
     assert "Pass dataset_from_generator(<your function>) instead" in message
     assert gr("refused_eval")[0].startswith("evaluate_distributed() was given")
-    # The hook for tfdistributed.fit: on the main thread this dataset would hang, so it is refused.
+    # The check tfdistributed.fit runs (data.check_dataset): on the main thread this dataset would
+    # hang, so it is refused.
     import __main__
 
     with pytest.raises(GeneratorError, match="Use dataset_from_generator"):
-        generators.refuse_r_generator_on_main_thread(__main__.r_raw_dataset)
+        rcallbacks.refuse_r_generator_on_main_thread(__main__.r_raw_dataset)
     # ... and it is called by tfdistributed.fit and by Keras' own model.fit (repaired on import),
     # so neither Python nor R's model$fit() can start training that would never return.
     started = time.monotonic()
