@@ -10,8 +10,8 @@ Modules: strategies (by name), cluster (TF_CONFIG), data (the input plan every f
 predict follows, sharding, TFDS), training (fit, evaluate and predict under any strategy), ps
 (parameter-server training on ClusterCoordinator), loops (custom training loops), generators
 (R generators served from R's main thread, sharded TFRecord/CSV files), checkpoints
-(multi-worker-safe saving and BackupAndRestore), compat (Keras 3 repairs), launch (local
-clusters, ``python -m tfdistributed launch``), errors, demo_data (scikit-learn's digits as
+(multi-worker-safe saving and BackupAndRestore), compat (Keras 3 repairs), launch (clusters of
+processes, ``python -m tfdistributed launch``; its engines are the launchers package), errors, demo_data (scikit-learn's digits as
 arrays or TFDS), demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.

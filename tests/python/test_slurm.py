@@ -7,6 +7,7 @@ backend="slurm") submits with sbatch, follows each task, and cancels failed or l
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 import time
@@ -216,6 +217,20 @@ def test_slurm_script_asks_for_a_preemption_notice_and_requeues_a_preempted_job(
     assert "--signal" not in tfd.slurm_script(str(SCRIPTS / "mwms_digits.py"))  # no time limit
     with pytest.raises(tfd.ArgumentTypeError, match="preemption_notice"):
         tfd.slurm_script(str(SCRIPTS / "mwms_digits.py"), time_limit=60, preemption_notice=1.5)
+
+
+def test_reading_slurms_environment_does_not_load_the_sbatch_engine():
+    """A training script builds its strategy (which reads SLURM's environment) and a task under
+    srun reads its cluster: neither submits jobs, so neither imports the sbatch engine."""
+    code = ("import sys, tfdistributed.strategies, tfdistributed._slurm_task, tfdistributed.slurm; "
+            "print(sorted(m for m in sys.modules if m.startswith('tfdistributed.launchers.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = done.stdout.split("\n")[-2]
+    assert "tfdistributed.launchers.slurm'" not in loaded, loaded
+    assert "tfdistributed.slurm_env" in subprocess.run(
+        [sys.executable, "-c", "import sys, tfdistributed.strategies; print(list(sys.modules))"],
+        capture_output=True, text=True, timeout=120).stdout
 
 
 def test_backend_arguments_are_checked_before_anything_starts():
