@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 
-from tfdistributed._output import NOISE
+from tfdistributed.launchers.output import NOISE
 
 
 def main(argv: list[str]) -> int:

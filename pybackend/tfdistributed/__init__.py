@@ -12,8 +12,9 @@ predict follows, sharding, TFDS), training (fit, evaluate and predict under any 
 (R generators served from R's main thread), served (training on a thread that R's main thread
 feeds), rcallbacks (datasets whose callbacks call R, refused where they would hang), shards
 (sharded TFRecord/CSV files), checkpoints (multi-worker-safe saving and BackupAndRestore),
-compat (Keras 3 repairs), launch (local clusters, ``python -m tfdistributed launch``), errors,
-demo_data (scikit-learn's digits as arrays or TFDS), demo (``make demo``).
+compat (Keras 3 repairs), launch (clusters of processes, ``python -m tfdistributed launch``; its
+engines are the launchers package), errors, demo_data (scikit-learn's digits as arrays or TFDS),
+hostbed (a test bed of hosts), demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """

@@ -51,9 +51,9 @@ def main(argv=None) -> int:
         run_server()
         return 0
     if ns.command == "_call":
-        from .launch import _call
+        from .launchers.base import call_function
 
-        _call(ns.call_path, ns.result_path)
+        call_function(ns.call_path, ns.result_path)
         return 0
     from .launch import DEFAULT_TIMEOUT, launch
 

@@ -1,5 +1,9 @@
 """One task of a job written by :func:`tfdistributed.slurm.slurm_script` (run by ``srun``).
 
+It reads SLURM's environment with :mod:`tfdistributed.slurm_env` only: a task never loads the
+``sbatch`` engine that submitted it.
+
+
 ``python -m tfdistributed._slurm_task JOBDIR -- ARGV...``: sets TF_CONFIG from SLURM's
 environment, then runs ARGV (``{task}`` in it becomes this task's number) and writes its exit
 code to ``JOBDIR/task-N.rc`` for the submitting process, which reads no other channel. In a
@@ -17,8 +21,8 @@ import subprocess
 import sys
 import time
 
-from .slurm import slurm_cluster
 from .cluster import tf_config
+from .slurm_env import slurm_cluster
 
 
 def _write(path: str, text: str) -> None:

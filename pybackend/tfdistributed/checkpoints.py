@@ -31,7 +31,7 @@ import shutil
 import signal
 import threading
 
-from ._job import PREEMPTED_EXIT_CODE
+from .launchers.base import PREEMPTED_EXIT_CODE
 from .cluster import is_checkpoint_writer, read_tf_config
 from .errors import TrainingError
 

@@ -75,6 +75,7 @@ import logging
 import os
 import re
 import socket
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ._args import as_int
@@ -620,6 +621,61 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster validated once (:func:`validate_cluster`), as a value that cannot change.
+
+    Why: the launchers used to pass the cluster dict along, and each task's TF_CONFIG
+    (:func:`tf_config`) validated the whole dict again. A :class:`Cluster` is made with
+    :meth:`of`, which validates; the launchers plan with it and give each task its TF_CONFIG
+    (:meth:`tf_config`) without another check.
+
+    Attributes:
+        jobs: ``((role, (address, ...)), ...)``, the roles in TensorFlow's order
+            (:data:`ROLES`).
+
+    Example:
+        >>> c = Cluster.of({"worker": ["127.0.0.1:1", "127.0.0.1:2"]})
+        >>> c.tasks(), c.address("worker", 1)
+        ([('worker', 0), ('worker', 1)], '127.0.0.1:2')
+    """
+
+    jobs: tuple
+
+    @classmethod
+    def of(cls, cluster) -> "Cluster":
+        """``cluster`` (a dict, or already a :class:`Cluster`) validated, as a value."""
+        if isinstance(cluster, Cluster):
+            return cluster
+        return cls(tuple((role, tuple(addresses))
+                         for role, addresses in validate_cluster(cluster).items()))
+
+    def as_dict(self) -> dict:
+        """The validated cluster dict (a new one at each call: the value stays unchanged)."""
+        return {role: list(addresses) for role, addresses in self.jobs}
+
+    def count(self, role: str) -> int:
+        return next((len(addresses) for r, addresses in self.jobs if r == role), 0)
+
+    def address(self, role: str, index: int) -> str:
+        return dict(self.jobs)[role][index]
+
+    def tasks(self) -> list:
+        """``(role, index)`` of every task, in TensorFlow's role order."""
+        return [(role, i) for role, addresses in self.jobs for i in range(len(addresses))]
+
+    @property
+    def parameter_server(self) -> bool:
+        return self.count("ps") > 0
+
+    def tf_config(self, role: str, index: int) -> dict:
+        """The TF_CONFIG of task ``(role, index)`` of this cluster, as :func:`tf_config`
+        gives it, without validating the cluster again."""
+        if not 0 <= index < self.count(role):
+            raise ClusterConfigError(f"task {role} {index} is not in the cluster {self.as_dict()}.")
+        return {"cluster": self.as_dict(), "task": {"type": role, "index": index}}
+
+
 def check_loopback(cluster, hosts=()) -> dict:
     """Refuse any address off this machine: local clusters are unauthenticated gRPC servers.
 
@@ -628,7 +684,14 @@ def check_loopback(cluster, hosts=()) -> dict:
     (TensorFlow allows that, the coordinator being outside the cluster, but :func:`launch`
     runs the program as the chief).
     """
-    cluster = validate_cluster(cluster)
+    return checked_local(cluster, hosts).as_dict()
+
+
+def checked_local(cluster, hosts=()) -> Cluster:
+    """:func:`check_loopback`'s checks, giving the :class:`Cluster` value the local launcher
+    plans with (a :class:`Cluster` is not validated again)."""
+    value = Cluster.of(cluster)
+    cluster = value.as_dict()
     if not cluster.get("chief") and not cluster.get("worker"):
         raise ClusterConfigError(
             f'{_field(["cluster"])} has no "worker" or "chief" task: list at least one worker.')
@@ -648,7 +711,7 @@ def check_loopback(cluster, hosts=()) -> dict:
                     f"TensorFlow's gRPC servers have no authentication (and listen on every "
                     f"interface: check_own_address()), so local clusters name 127.0.0.1 only: use local_cluster() to pick addresses (or, for hosts you "
                     f"set up yourself, name each with how to start a task there: hosts=).")
-    return cluster
+    return value
 
 
 def local_addresses() -> set:

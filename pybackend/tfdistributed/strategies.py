@@ -20,14 +20,14 @@ when it has several workers, ``mirrored`` with several GPUs or when ``num_cpu_de
 asked for, else ``default``; an ``evaluator`` task (outside the training cluster) gets a local
 strategy. So one script runs unchanged on a laptop and under :func:`tfdistributed.launch`.
 Inside ``srun`` (a SLURM job step of 2+ tasks) without TF_CONFIG, the cluster comes from SLURM's
-environment first (:mod:`tfdistributed.slurm`).
+environment first (:mod:`tfdistributed.slurm_env`, the reader alone: not the ``sbatch`` engine).
 """
 
 from __future__ import annotations
 
 import re
 
-from . import compat, slurm
+from . import compat, slurm_env
 from ._args import as_int
 from .cluster import check_own_address, num_workers, read_tf_config, sync_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
@@ -294,7 +294,7 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
         configure_cpu_devices(num_cpu_devices)
     if cluster_resolver is None and kind in ("auto", "multi_worker_mirrored", "parameter_server"):
         # A task of `srun -n 2+` without TF_CONFIG: its cluster is in SLURM's environment.
-        slurm.set_tf_config_from_slurm_if_needed()
+        slurm_env.set_tf_config_from_slurm_if_needed()
     if kind == "auto":
         kind = _auto_kind(num_cpu_devices)
     return _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)

@@ -1,7 +1,11 @@
-"""The restart policy every launcher engine shares (``max_restarts=``).
+"""The one attempt loop of every launcher engine, and its restart policy (``max_restarts=``).
+
+:func:`run` drives any engine through the :class:`~tfdistributed.launchers.base.Launcher` /
+:class:`~tfdistributed.launchers.base.Job` protocol: plan an attempt, start it, wait for it,
+collect its results, stop it (always); after a task's failure, decide whether to start again.
 
 A machine lost or a task preempted in the middle of a long job should not cost the whole job:
-after a failure the engine stops every task, as it always did, and :func:`restarting` starts
+after a failure the engine stops every task, as it always did, and :func:`run` starts
 the whole group again (TensorFlow's collectives cannot take a new member into a running group),
 each task told its attempt in ``TFDISTRIBUTED_ATTEMPT``. Resuming where the job was is the
 training's part (``fit(backup_dir=...)``). :class:`Restarts` decides: it announces each restart
@@ -13,9 +17,9 @@ from __future__ import annotations
 
 import time
 
-from ._job import PREEMPTED_EXIT_CODE
-from ._output import Relay, error_line, how_it_ended
-from .errors import LaunchError
+from ..errors import LaunchError
+from .base import PREEMPTED_EXIT_CODE, Deadline, Job, LaunchResult
+from .output import Relay, error_line, how_it_ended
 
 
 def failure_of(name: str, returncode: int, lines, ended: str | None = None) -> dict:
@@ -25,23 +29,37 @@ def failure_of(name: str, returncode: int, lines, ended: str | None = None) -> d
             "error": error_line(lines), "preempted": returncode == PREEMPTED_EXIT_CODE}
 
 
-def restarting(run_attempt, restarts: "Restarts"):
-    """``run_attempt(attempt)`` (0, 1, ...) until it returns a :class:`LaunchResult`, which is
-    given the restarts and attempts; a task's failure (a :class:`LaunchError` with a
-    ``failure``) goes to ``restarts``, which restarts or raises; any other error propagates.
+def run(launcher) -> LaunchResult:
+    """Run a job on ``launcher`` (a :class:`~tfdistributed.launchers.base.Launcher`): attempt
+    0, 1, ... until one returns its :class:`LaunchResult`, which is given the job's wall time,
+    restarts and attempts. A task's failure (a :class:`LaunchError` with a ``failure``) goes to
+    the restart policy (:class:`Restarts`), which restarts or raises; any other error (a port
+    in use, the timeout, an interrupt) propagates. The timeout counts from the first start.
     """
-    started = time.monotonic()
-    while True:
-        try:
-            result = run_attempt(restarts.attempt)
-        except LaunchError as error:
-            if error.failure is None:  # not a task's failure: a port in use, the timeout...
-                raise
-            restarts.failed(error)
-            continue
-        result.seconds = time.monotonic() - started
-        result.restarts, result.attempts = restarts.attempt, restarts.succeeded()
-        return result
+    restarts = Restarts(launcher.max_restarts, launcher.relay)
+    with launcher:
+        deadline = Deadline(launcher.timeout, time.monotonic())
+        while True:
+            try:
+                result = attempt(launcher.job(restarts.attempt, deadline), deadline)
+            except LaunchError as error:
+                if error.failure is None:  # not a task's failure: a port in use, the timeout...
+                    raise
+                restarts.failed(error)
+                continue
+            result.seconds = deadline.elapsed()
+            result.restarts, result.attempts = restarts.attempt, restarts.succeeded()
+            return result
+
+
+def attempt(job: Job, deadline: Deadline) -> LaunchResult:
+    """One attempt: started, waited for, its results collected, and stopped whatever happens."""
+    try:
+        job.start()
+        job.wait(deadline)
+        return job.results()
+    finally:
+        job.stop()
 
 
 class Restarts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ._job import PREEMPTED_EXIT_CODE
+from .base import PREEMPTED_EXIT_CODE
 
 # TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
 # TF_CPP_MIN_LOG_LEVEL cannot silence them), and its complaint that a machine without a GPU has
@@ -57,7 +57,7 @@ def error_summary(lines) -> str:
 
 def how_it_ended(returncode: int) -> str:
     """``"exited with status 3"``, ``"was killed by signal 9"`` (a negative return code), or
-    ``"was preempted (exit status 75)"`` (:data:`~tfdistributed._job.PREEMPTED_EXIT_CODE`)."""
+    ``"was preempted (exit status 75)"`` (:data:`~tfdistributed.launchers.base.PREEMPTED_EXIT_CODE`)."""
     if returncode < 0:
         return f"was killed by signal {-returncode}"
     if returncode == PREEMPTED_EXIT_CODE:

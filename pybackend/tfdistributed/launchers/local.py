@@ -1,0 +1,495 @@
+"""The local engine: a cluster of TensorFlow tasks as separate processes on this machine
+(127.0.0.1 only, unless the caller names hosts of its own with ``hosts=``, e.g. network
+namespaces).
+
+``launch("train.py", workers=2)`` starts one OS process per task, each with its own TF_CONFIG on
+free loopback ports, streams every line it prints prefixed with its role and index
+(``[worker 1] ...``), and returns each task's exit code, output and (for a function target)
+return value. On the first failure, or at the timeout, it stops every process it started (each
+task runs in its own process group; descendants are found with psutil), so nothing is left behind
+and nothing hangs.
+
+With ``ps > 0`` (parameter-server training), ``worker`` and ``ps`` tasks run
+``tensorflow.distribute.Server`` (``python -m tfdistributed server``) and the target runs as the
+``chief`` (the coordinator); the job is done when the chief exits, and the servers are then
+stopped.
+
+How it is built: :class:`LocalLauncher` (the engine, arguments checked once) makes one
+:class:`LocalJob` per attempt, following :mod:`tfdistributed.launchers.base`'s protocol, in three
+parts:
+
+- the *plan* (:func:`plan_launch`): the cluster (a :class:`~tfdistributed.cluster.Cluster`,
+  validated once), its ports checked, and each task's argv, environment and TF_CONFIG built
+  once, as a :class:`TaskPlan`;
+- the *supervisor* (:class:`LocalJob`): spawns the tasks, streams their output, polls them,
+  applies the policy for vital and non-vital tasks, and tears every process down on a failure,
+  the timeout or an interrupt;
+- the *diagnosis* (:func:`_failure_message`, :func:`_timeout_message`): which task failed and
+  how, or which tasks never joined the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import portpicker
+
+from .._args import as_int
+from .._runtime import prefer_pooled_cpu_allocator
+from ..cluster import Cluster, checked_local, local_cluster, parse_address
+from ..errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
+from .base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
+from .output import Relay, error_summary, how_it_ended
+from .restarts import failure_of
+
+# --- the plan ------------------------------------------------------------------------------------
+
+@dataclass
+class TaskPlan:
+    """One task of a local cluster as it will be started; what ``prepare_task`` receives.
+
+    Attributes:
+        task_type, task_index: the task's role and index in the cluster.
+        address: its ``"host:port"`` in the cluster.
+        position: its place among the started tasks (0, 1, ...), in start order.
+        argv: the command it runs.
+        env: its whole environment, ``TF_CONFIG`` included.
+        server: True for the ``worker``/``ps`` servers of a parameter-server cluster.
+        parameter_server: True when the cluster has ``ps`` tasks.
+        result_path: where a function target's return value comes back (else None).
+        preexec_fn: called in the child process just before it runs ``argv`` (e.g. to pin it to
+            a CPU), as :class:`subprocess.Popen`'s ``preexec_fn``.
+    """
+
+    task_type: str
+    task_index: int
+    address: str
+    position: int
+    argv: list
+    env: dict
+    server: bool = False
+    parameter_server: bool = False
+    result_path: str | None = None
+    preexec_fn: Callable | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type} {self.task_index}"
+
+
+@dataclass
+class LaunchPlan:
+    """Everything one attempt starts: the cluster, the tasks started here, and the others."""
+
+    cluster: Cluster
+    tasks: list
+    elsewhere: list
+    workdir: str
+    cwd: str | None = None
+
+    @property
+    def parameter_server(self) -> bool:
+        return self.cluster.parameter_server
+
+
+def check_timeout(timeout) -> float:
+    try:
+        timeout = float(timeout)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"`timeout` must be a number of seconds, got {timeout!r}.") from None
+    if not timeout > 0:
+        raise ArgumentTypeError(f"`timeout` must be a positive number of seconds, got {timeout}.")
+    return timeout
+
+
+def _chosen_tasks(cluster: Cluster, tasks) -> list:
+    """``(role, index)`` of the tasks to start here: all of the cluster's, or ``tasks``."""
+    wanted = cluster.tasks()
+    if tasks is None:
+        return wanted
+    tasks = [(str(t), int(i)) for t, i in tasks]
+    unknown = [t for t in tasks if t not in wanted]
+    if unknown:
+        raise ClusterConfigError(f"tasks {unknown} are not in the cluster {cluster.as_dict()}.")
+    return [t for t in wanted if t in tasks]
+
+
+def _check_ports(cluster: Cluster, wanted: list) -> None:
+    for role, i in wanted:
+        address = cluster.address(role, i)
+        if not portpicker.is_port_free(parse_address(address)[1]):
+            raise LaunchError(f"Port of {role} {i} ({address}) is already in use on this machine. "
+                              f"Let launch() pick free ports (don't pass `cluster`), or stop the "
+                              f"process holding it.")
+
+
+def _base_env(env, python: str, is_function: bool) -> dict:
+    """The environment every task shares (TF_CONFIG aside)."""
+    base = dict(os.environ)
+    base.update({str(k): str(v) for k, v in (env or {}).items()})
+    # TensorFlow's pooling CPU allocator in every task, unless `env` or ours says otherwise: a
+    # script target may import TensorFlow before tfdistributed, or not import us at all.
+    prefer_pooled_cpu_allocator(base)
+    base["PYTHONUNBUFFERED"] = "1"
+    # fit(verbose="auto") prints one line per epoch instead of a redrawn progress bar.
+    base["TFDISTRIBUTED_LAUNCHED"] = "1"
+    # R targets use reticulate: make it attach to this very Python, with the backend importable.
+    base.setdefault("RETICULATE_PYTHON", python)
+    if is_function:
+        # cloudpickle sends functions of importable modules by reference: the child must be able
+        # to import them from where this process does.
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        base["PYTHONPATH"] = os.pathsep.join(
+            paths + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return base
+
+
+def check_hosts(hosts) -> dict:
+    """``launch(hosts=)`` as ``{host: [command prefix]}``."""
+    if hosts is None:
+        return {}
+    if not isinstance(hosts, dict) or not all(
+            isinstance(h, str) and isinstance(p, (list, tuple)) and all(isinstance(a, str) for a in p)
+            for h, p in hosts.items()):
+        raise ArgumentTypeError(
+            f"`hosts` must map each host of the cluster to the command prefix that starts a "
+            f"process there, e.g. {{'10.77.0.2': ['ip', 'netns', 'exec', 'ns0']}}; got {hosts!r}.")
+    return {h: list(p) for h, p in hosts.items()}
+
+
+def plan_launch(target, cluster: Cluster, tasks=None, *, env=None, args=(), python=None,
+                rscript="Rscript", cwd=None, prepare_task=None, hosts=None) -> LaunchPlan:
+    """Each task's argv, environment and TF_CONFIG, for one attempt to start.
+
+    ``cluster`` was checked already (:func:`~tfdistributed.cluster.checked_local`: loopback
+    addresses or ``hosts`` only); here the ports of the tasks to start here must be free. A
+    task on one of ``hosts`` (checked by :func:`check_hosts`) runs behind that host's command
+    prefix. The plan's ``workdir`` holds a function target's call and results and is the
+    caller's to remove.
+    """
+    hosts = hosts or {}
+    wanted = _chosen_tasks(cluster, tasks)
+    # Ports on the caller's hosts are theirs to check: they are not this machine's.
+    _check_ports(cluster, [(r, i) for r, i in wanted
+                           if parse_address(cluster.address(r, i))[0] not in hosts])
+    python = python or sys.executable
+    workdir = tempfile.mkdtemp(prefix="tfdistributed-launch-")
+    try:
+        argv, is_function = target_argv(target, args, python, rscript, workdir)
+        base = _base_env(env, python, is_function)
+        planned = [_plan_task(cluster, role, i, n, argv, base, python, workdir, is_function)
+                   for n, (role, i) in enumerate(wanted)]
+        for task in planned:
+            task.argv[:0] = hosts.get(parse_address(task.address)[0], [])
+        for task in planned if prepare_task is not None else ():
+            prepare_task(task)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    elsewhere = [t for t in cluster.tasks() if t not in wanted]
+    return LaunchPlan(cluster, planned, elsewhere, workdir, cwd)
+
+
+def _plan_task(cluster: Cluster, role, i, position, argv, base, python, workdir,
+               is_function) -> TaskPlan:
+    """One task: the target (or, in a parameter-server cluster, a server) with its TF_CONFIG."""
+    ps_mode = cluster.parameter_server
+    server = ps_mode and role in ("worker", "ps")
+    task = TaskPlan(role, i, cluster.address(role, i), position,
+                    [python, "-m", "tfdistributed", "server"] if server else list(argv),
+                    dict(base, TF_CONFIG=json.dumps(cluster.tf_config(role, i))), server, ps_mode)
+    if is_function and not server:
+        task.result_path = os.path.join(workdir, f"{role}-{i}.result.pkl")
+        task.argv.append(task.result_path)
+    return task
+
+
+# --- the supervisor ------------------------------------------------------------------------------
+
+class _Process:
+    """A started task: its plan, process, output so far and output reader."""
+
+    def __init__(self, plan: TaskPlan):
+        self.plan = plan
+        self.name = plan.name
+        self.server = plan.server
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+        self.reader: threading.Thread | None = None
+
+    def poll(self):
+        return self.proc.poll()
+
+
+class LocalJob:
+    """One attempt on this machine (a :class:`~tfdistributed.launchers.base.Job`): starts a
+    plan's tasks, streams their output, polls them, and stops them all at the end.
+
+    Policy: the job is done when every task running the target exits 0. A vital task that
+    fails (or a server that exits at all) fails the job. In parameter-server training the
+    workers are not vital: the coordinator re-runs a lost worker's steps on the others. Whatever
+    ends the attempt (success, failure, timeout, interrupt), :meth:`stop` leaves no process.
+    """
+
+    def __init__(self, plan: LaunchPlan, relay: Relay, grace: float):
+        self.plan = plan
+        self.relay = relay
+        self.grace = grace
+        self.tasks = [_Process(t) for t in plan.tasks]
+        self.lines: queue.Queue = queue.Queue()
+
+    def start(self) -> None:
+        for task in self.tasks:
+            task.proc = subprocess.Popen(
+                task.plan.argv, env=task.plan.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=task.plan.preexec_fn)
+            task.reader = threading.Thread(target=self._read, args=(task,), daemon=True)
+            task.reader.start()
+
+    def _read(self, task: _Process) -> None:
+        for raw in iter(task.proc.stdout.readline, b""):
+            shown = self.relay.keep(task.name, raw.decode(errors="replace").rstrip("\n"), task.lines)
+            if shown is not None:
+                self.lines.put(shown)
+        task.proc.stdout.close()
+
+    def drain(self) -> None:
+        """Pass on the lines read so far, on the calling thread."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            self.relay.send(line)
+
+    def wait(self, deadline: Deadline) -> None:
+        """Supervise until the job is done, or raise (every task then stopped).
+
+        The deadline counts from the job's first start, so that one timeout covers every
+        attempt of a restarted job.
+        """
+        primaries = [t for t in self.tasks if not t.server]
+        vital = [t for t in self.tasks if not (self.plan.parameter_server
+                                               and t.plan.task_type == "worker")]
+        lost: list[_Process] = []
+        while True:
+            self.drain()
+            for t in self.tasks:
+                if t not in vital and t.poll() is not None and t not in lost:
+                    lost.append(t)
+                    self.lines.put(f"[launch] {t.name} exited ({t.proc.returncode}); the chief "
+                                   f"continues with the other workers")
+            failed = [t for t in vital if t.poll() not in (None, 0)]
+            # A server exiting, even with 0, means the cluster lost a task.
+            failed += [t for t in vital if t.server and t.poll() == 0]
+            if failed:
+                time.sleep(0.2)
+                self._stop(self.tasks)
+                raise _task_failed(failed[0], self._task_results())
+            if primaries and all(t.poll() == 0 for t in primaries):
+                break
+            if deadline.passed():
+                self._time_out(deadline.timeout)
+            time.sleep(0.05)
+        self._stop([t for t in self.tasks if t.server])
+
+    def _time_out(self, timeout: float):
+        running = [t for t in self.tasks if t.poll() is None]
+        listening = _listening_ports([t.proc.pid for t in running])
+        self._stop(self.tasks)
+        message = _timeout_message(self.plan, timeout, listening, [t.name for t in running])
+        raise LaunchTimeoutError(message, self._task_results())
+
+    def _stop(self, tasks) -> None:
+        """Stop ``tasks`` and pass on everything the tasks printed."""
+        _kill_tree([t.proc for t in tasks], self.grace)
+        for t in self.tasks:
+            if t.reader is not None:
+                t.reader.join(timeout=self.grace)
+        self.drain()
+
+    def stop(self) -> None:
+        """Kill whatever still runs (after an error or an interrupt: nothing is passed on
+        then), and remove the attempt's files."""
+        _kill_tree([t.proc for t in self.tasks if t.proc is not None and t.poll() is None],
+                   self.grace)
+        shutil.rmtree(self.plan.workdir, ignore_errors=True)
+
+    def _task_results(self) -> list:
+        return [TaskResult(t.plan.task_type, t.plan.task_index,
+                           t.proc.returncode if t.proc else None, list(t.lines), None, t.server)
+                for t in self.tasks]
+
+    def results(self) -> LaunchResult:
+        """Every task's result, a function target's return values read from its files."""
+        results = self._task_results()
+        for res, task in zip(results, self.plan.tasks):
+            if task.result_path and os.path.exists(task.result_path):
+                with open(task.result_path, "rb") as f:
+                    res.value = pickle.load(f)
+        return LaunchResult(cluster=self.plan.cluster.as_dict(), tasks=results,
+                            seconds=0.0)
+
+
+def _listening_ports(pids) -> set[int]:
+    """TCP ports on which the processes ``pids`` or their descendants listen."""
+    import psutil
+
+    ports = set()
+    for pid in pids:
+        try:
+            procs = [psutil.Process(pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                for c in p.net_connections(kind="tcp"):
+                    if c.status == psutil.CONN_LISTEN:
+                        ports.add(c.laddr.port)
+            except psutil.Error:
+                continue
+    return ports
+
+
+def _signal_groups(procs, sig) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_tree(procs, grace: float) -> None:
+    """SIGTERM every task's process group and descendants, then SIGKILL what is left.
+
+    Our direct children are reaped through Popen only: if psutil reaped them, Popen would lose
+    their exit status (and report 0).
+    """
+    import psutil
+
+    procs = [p for p in procs if p is not None]
+    descendants = []
+    for proc in procs:
+        try:
+            descendants += psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    _signal_groups(procs, signal.SIGTERM)
+    for d in descendants:
+        try:
+            d.terminate()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    _, alive = psutil.wait_procs(descendants, timeout=max(0.0, deadline - time.monotonic()))
+    left = [proc for proc in procs if proc.poll() is None]
+    _signal_groups(left, signal.SIGKILL)
+    for proc in left:
+        proc.kill()
+    for d in alive:
+        try:
+            d.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+# --- the diagnosis -------------------------------------------------------------------------------
+
+def _failure_message(task: _Process) -> str:
+    """Which task failed, how, and what it said last."""
+    return (f"Task {task.name} {how_it_ended(task.proc.returncode)}; every other task was "
+            f"stopped. {error_summary(task.lines)}")
+
+
+def _task_failed(task: _Process, results) -> LaunchError:
+    """The error of an attempt in which ``task`` failed (its ``failure`` for the restarts)."""
+    return LaunchError(_failure_message(task), results,
+                       failure=failure_of(task.name, task.proc.returncode, task.lines))
+
+
+def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: list) -> str:
+    """Why the job did not finish: the tasks that never joined the cluster (no server on their
+    address: never started here, or started and not listening), and those still running."""
+    not_joined = [f"{t.name} ({t.address})" for t in plan.tasks
+                  if parse_address(t.address)[1] not in listening]
+    never_started = [f"{r} {i} ({plan.cluster.address(r, i)})" for r, i in plan.elsewhere]
+    missing = never_started + not_joined
+    msg = f"The job did not finish within {timeout:g} s; every task was stopped."
+    if missing:
+        msg += (f" Tasks that never joined the cluster (no server on their address): "
+                f"{', '.join(missing)}. The others wait for every task in TF_CONFIG: "
+                f"start the missing task(s), or check their host:port.")
+    return msg + f" Still running at the timeout: {', '.join(running) or 'none'}."
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+class LocalLauncher:
+    """The local engine (a :class:`~tfdistributed.launchers.base.Launcher`): the arguments of
+    ``launch(backend="local")`` checked once; each attempt planned afresh (new ports unless
+    ``cluster`` is given) as a :class:`LocalJob`.
+
+    Args: as :func:`tfdistributed.launch`, whose docstring describes each.
+    """
+
+    def __init__(self, target, workers=2, ps=0, chief=False, *, timeout, max_restarts=0,
+                 env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
+                 cwd=None, show_all=False, cluster=None, tasks=None, prepare_task=None,
+                 hosts=None, grace=5.0):
+        import psutil  # noqa: F401  (fail here, not half-way through a teardown)
+
+        self.timeout = check_timeout(timeout)
+        if cluster is None and hosts is not None:
+            raise ArgumentTypeError("`hosts` names where the tasks of an explicit `cluster` run: "
+                                    "pass the `cluster` whose addresses are on those hosts too.")
+        self.counts = None
+        if cluster is None:
+            self.counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
+                           bool(chief))
+        self.max_restarts = max_restarts
+        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
+        self.target, self.grace = target, grace
+        self.hosts = check_hosts(hosts)
+        # An explicit cluster is validated once, here; restarts reuse its addresses.
+        self.cluster = None if cluster is None else checked_local(cluster, self.hosts)
+        self.options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript,
+                            cwd=cwd, prepare_task=prepare_task, hosts=self.hosts)
+
+    def __enter__(self) -> "LocalLauncher":
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        return False
+
+    def job(self, attempt: int, deadline: Deadline) -> LocalJob:
+        """Attempt ``attempt`` planned: the cluster (new free ports unless one was given), each
+        task's argv, environment (with its attempt) and TF_CONFIG."""
+        cluster = self.cluster or checked_local(local_cluster(*self.counts))
+        env = dict(self.options["env"] or {}, **{ATTEMPT_ENV: str(attempt)})
+        plan = plan_launch(self.target, cluster, **dict(self.options, env=env))
+        return LocalJob(plan, self.relay, self.grace)
