@@ -13,8 +13,9 @@ step page-faults its activations and gradients in again at every step. On a 2-wo
 CNN job (one core per worker) the compute thread spent as much time in the kernel as in its own
 code (strace: ~180 ``munmap`` per second) and a step took twice what it takes in one process.
 TensorFlow's BFC allocator keeps the memory it got and reuses it, so the frozen threshold no
-longer matters; with it the same job's step fell from 77-90 ms to 39-50 ms, and one process,
-which does not go through ``GeneratorDataset``, is unchanged (``bench/results.md``, section 7).
+longer matters; with it the same job's step took about half as long, and one process, which
+does not go through ``GeneratorDataset``, is unchanged (the numbers: ``bench/results.md``,
+section 11).
 
 The allocator is chosen when TensorFlow first allocates CPU memory, so this runs when
 ``tfdistributed`` is imported (TensorFlow is imported lazily, later) and for every task

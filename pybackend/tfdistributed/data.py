@@ -654,7 +654,7 @@ class InputPlan:
         """``(dataset, steps_per_epoch)`` with which Keras reads every epoch from one iterator.
 
         Keras makes a new input iterator at each epoch of a finite dataset and drops the old
-        one: 0.5 to 4 s per epoch here (``bench/profile_step.py``), paid in lock-step by every
+        one, seconds per epoch (``bench/results.md``, section 11), paid in lock-step by every
         worker of a multi-worker job, which for a finite dataset also all-reduce an "is there
         more data?" flag at every step. Arrays are batched here, so their epoch length is known:
         the batches repeat and ``steps_per_epoch`` is that length. Every epoch sees the same

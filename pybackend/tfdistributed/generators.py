@@ -138,7 +138,8 @@ class BatchFeed:
     The buffer is a TensorFlow ``FIFOQueue`` that the dataset dequeues from inside its own graph:
     reading a batch needs neither Python nor the GIL, so TensorFlow's input thread never waits
     for R's main thread or for Python code (a ``from_generator`` callback would cost a Python
-    call per batch, and measured here halved the throughput of a small model). Every element
+    call per batch, which cost a small model half its throughput: ``bench/results.md``, section
+    11). Every element
     starts with a flag: a batch, the end of a pass (an epoch), or a stop. A stop (the generator
     failed, or the job was stopped) also flips a variable the dataset checks before every
     batch, so training stops at the next step even with batches still buffered.
@@ -204,8 +205,8 @@ class BatchFeed:
             if free > 0 or time.monotonic() >= deadline:
                 return max(free, 0)
             # A full buffer holds several steps of work: polling every 5 ms keeps it topped up
-            # and leaves the CPU, the GIL and TensorFlow's eager context to training (a 2 ms poll
-            # measured slower here).
+            # and leaves the CPU, the GIL and TensorFlow's eager context to training (a shorter
+            # poll was slower: bench/results.md, section 11).
             time.sleep(0.005)
 
     def _start(self, structure):
@@ -224,10 +225,10 @@ class BatchFeed:
         import tensorflow as tf
         from tensorflow.python.ops import gen_data_flow_ops
 
-        # The raw op: FIFOQueue.enqueue's Python wrapper costs ~10x the op itself, and this runs
-        # once per batch on R's main thread. Once the job has ended (the queue is closed), what
-        # R still made is dropped. Never blocks: R only fills free slots, and a stop element has
-        # a slot of its own.
+        # The raw op: FIFOQueue.enqueue's Python wrapper costs many times the op itself
+        # (bench/results.md, section 11), and this runs once per batch on R's main thread. Once
+        # the job has ended (the queue is closed), what R still made is dropped. Never blocks:
+        # R only fills free slots, and a stop element has a slot of its own.
         components = [self._flags[flag], *map(tf.convert_to_tensor, leaves)]
         with self._lock:
             if not self._closed:
