@@ -859,7 +859,9 @@ def plan_input(what, x=None, y=None, *, kind, replicas=1, workers=1, batch_size=
     if class_weight is not None and kind == "parameter_server":
         raise ArgumentTypeError(f"{what}(): under 'parameter_server', class_weight works with "
                                 f"arrays; weight a dataset's examples in the dataset itself.")
-    if what in ("fit", "evaluate") and source != "function":
+    if what in ("fit", "evaluate"):
+        # The validation data too, whatever the training input is (a dataset function's
+        # validation dataset is read by the chief, on this thread).
         for data, data_source in ((x, source), (validation, validation_source)):
             if data_source == "dataset":
                 check_dataset(data, what)

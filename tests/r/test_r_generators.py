@@ -186,6 +186,13 @@ def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
     assert time.monotonic() - started < 20
     assert "Use dataset_from_generator" in gr("refused_python")[0]
     assert "Use dataset_from_generator" in gr("refused_keras")[0]
+    # As validation data next to a parameter-server dataset function, which the chief reads on
+    # this thread: refused too, not only when it is the training input.
+    from tfdistributed.data import plan_input
+
+    with pytest.raises(GeneratorError, match="Use dataset_from_generator"):
+        plan_input("fit", lambda context: None, kind="parameter_server",
+                   validation_data=__main__.r_raw_dataset)
     del __main__.r_raw_dataset
 
 
