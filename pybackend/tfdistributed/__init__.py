@@ -10,9 +10,10 @@ Modules: strategies (by name), cluster (TF_CONFIG), data (the input plan every f
 predict follows, sharding, TFDS), training (fit, evaluate and predict under any strategy), ps
 (parameter-server training on ClusterCoordinator), loops (custom training loops), generators
 (R generators served from R's main thread, sharded TFRecord/CSV files), checkpoints
-(multi-worker-safe saving and BackupAndRestore), compat (Keras 3 repairs), launch (local
-clusters, ``python -m tfdistributed launch``), errors, demo_data (scikit-learn's digits as
-arrays or TFDS), demo (``make demo``).
+(multi-worker-safe saving and BackupAndRestore), compat (the Keras 3 repairs, one module each in
+repairs), routing (plain model.fit under parameter-server strategies), launch (local clusters,
+``python -m tfdistributed launch``), errors, demo_data (scikit-learn's digits as arrays or TFDS),
+demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
@@ -43,10 +44,11 @@ from .training import evaluate, fit, predict
 __version__ = "0.1.0"
 
 # Keras repairs in place for any Keras use in this process, plain model.fit included, from now
-# on or as soon as Keras is imported (TensorFlow itself is still not imported here).
-from . import compat as _compat  # noqa: E402
+# on or as soon as Keras is imported (TensorFlow itself is still not imported here); with them
+# training's routing of plain model.fit/evaluate/predict (strategy_aware_fit, routing.py).
+from . import compat as _compat, training as _training  # noqa: E402
 
-_compat.install()
+_compat.install(_training.STRATEGY_AWARE_FIT)
 
 # A tf.data dataset over an R generator, given to fit/evaluate on R's main thread, would hang:
 # the input plan refuses it (registered here so that data and training need not import
