@@ -12,9 +12,10 @@ predict follows, sharding, TFDS), training (fit, evaluate and predict under any 
 (R generators served from R's main thread), served (training on a thread that R's main thread
 feeds), rcallbacks (datasets whose callbacks call R, refused where they would hang), shards
 (sharded TFRecord/CSV files), checkpoints (multi-worker-safe saving and BackupAndRestore),
-compat (Keras 3 repairs), launch (clusters of processes, ``python -m tfdistributed launch``; its
-engines are the launchers package), errors, demo_data (scikit-learn's digits as arrays or TFDS),
-hostbed (a test bed of hosts), demo (``make demo``).
+compat (the Keras 3 repairs, one module each in repairs), routing (plain model.fit under
+parameter-server strategies), launch (clusters of processes, ``python -m tfdistributed launch``;
+its engines are the launchers package), errors, demo_data (scikit-learn's digits as arrays or
+TFDS), hostbed (a test bed of hosts), demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
@@ -47,10 +48,11 @@ from .training import evaluate, fit, predict
 __version__ = "0.1.0"
 
 # Keras repairs in place for any Keras use in this process, plain model.fit included, from now
-# on or as soon as Keras is imported (TensorFlow itself is still not imported here).
-from . import compat as _compat  # noqa: E402
+# on or as soon as Keras is imported (TensorFlow itself is still not imported here); with them
+# training's routing of plain model.fit/evaluate/predict (strategy_aware_fit, routing.py).
+from . import compat as _compat, training as _training  # noqa: E402
 
-_compat.install()
+_compat.install(_training.STRATEGY_AWARE_FIT)
 
 __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",

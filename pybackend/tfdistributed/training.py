@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import _entry, checkpoints, compat, ps
+from . import _entry, checkpoints, compat, ps, routing
 from ._args import as_int, as_verbose
 from .cluster import is_chief
 from .data import plan_input
@@ -386,8 +386,9 @@ def _keras_call(method, model, args, kwargs):
 
 
 def fit_from_keras(model, *args, **kwargs):
-    """``model.fit(...)`` with Keras' own arguments, run by :func:`fit` (routed here by the
-    ``strategy_aware_fit`` repair for strategies Keras cannot train under).
+    """``model.fit(...)`` with Keras' own arguments, run by :func:`fit` (routed here by
+    :mod:`tfdistributed.routing`, ``strategy_aware_fit``, for strategies Keras cannot train
+    under).
 
     Returns:
         The Keras ``History``.
@@ -429,7 +430,12 @@ def predict_from_keras(model, *args, **kwargs):
                    verbose=call.get("verbose", 0))
 
 
-# compat (plain model.fit under parameter-server strategies) and generators (an R generator's
-# training thread) reach these through tfdistributed._entry, without importing this module.
+# Plain model.fit/evaluate/predict under a parameter-server strategy come to the three above
+# (routing.py); `import tfdistributed` installs this record with compat's repairs.
+STRATEGY_AWARE_FIT = routing.strategy_aware_fit(fit_from_keras, evaluate_from_keras,
+                                                predict_from_keras)
+
+# generators (an R generator's training thread) reach these through tfdistributed._entry,
+# without importing this module.
 _entry.register(fit=fit, evaluate=evaluate, predict=predict, fit_from_keras=fit_from_keras,
                 evaluate_from_keras=evaluate_from_keras, predict_from_keras=predict_from_keras)

@@ -1,0 +1,101 @@
+"""``strategy_aware_fit``: a plain ``model.fit``/``evaluate``/``predict`` goes where Keras alone
+cannot.
+
+``Model.fit``/``evaluate``/``predict`` know nothing of parameter-server strategies
+(keras-team/keras#18624) nor of multi-worker file writes. Under a ``ParameterServerStrategy``
+they go to tfdistributed's coordinator trainer (:func:`tfdistributed.training.fit_from_keras`
+and its siblings); in a multi-worker job the callbacks that write files are made chief-only
+(:func:`tfdistributed.checkpoints.safe_callbacks`). Under every strategy, what Keras would fail
+on deep inside (``batch_size=64.0``: a TensorFlow op error; a list of numbers as data:
+"Unrecognized data type" and a page of them) is refused first with a message naming the
+argument (:func:`tfdistributed._args.check_keras_call`), and a dataset over an R generator,
+which would hang on R's main thread, is refused at once.
+
+This is routing to :mod:`tfdistributed.training`, not a repair of Keras' own code, but it is
+installed, reported and switched off like one: training builds its record with
+:func:`strategy_aware_fit` (handing over its entry points, so that nothing here imports it) and
+``import tfdistributed`` gives it to :func:`tfdistributed.compat.install`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ._args import check_keras_call
+from .checkpoints import safe_callbacks
+from .data import check_dataset
+from .repairs import Repair
+from .repairs.common import source
+
+
+def strategy_aware_fit(fit_from_keras: Callable, evaluate_from_keras: Callable,
+                       predict_from_keras: Callable) -> Repair:
+    """The routing as a repair record, sending parameter-server calls to these entry points
+    (each takes the model and ``Model.<method>``'s own arguments)."""
+    routes = {"fit": fit_from_keras, "evaluate": evaluate_from_keras,
+              "predict": predict_from_keras}
+    return Repair(name="strategy_aware_fit", defect=__doc__, upstream=("keras-team/keras#18624",),
+                  detect=keras_knows_no_coordinator, apply=lambda trainer: route(trainer, routes))
+
+
+def keras_knows_no_coordinator(trainer) -> bool:
+    """Whether Keras' trainer still ignores parameter-server strategies (no ClusterCoordinator)."""
+    return "ClusterCoordinator" not in source(trainer)
+
+
+def route(trainer, routes: dict) -> None:
+    """Wrap Keras' ``fit``/``evaluate``/``predict``: arguments checked, then
+    ``routes[method](model, ...)`` under a parameter-server strategy, else Keras' own."""
+    cls = trainer.TensorFlowTrainer
+    originals = {name: getattr(cls, name) for name in ("fit", "evaluate", "predict")}
+
+    def fit(self, *args, **kwargs):
+        check_keras_call(originals["fit"], self, args, kwargs)
+        _refuse_r_generator(args, kwargs, "model.fit")
+        if _is_parameter_server(self):
+            return routes["fit"](self, *args, **kwargs)
+        if "callbacks" in kwargs:
+            kwargs["callbacks"] = _safe(kwargs["callbacks"])
+        elif len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+            args = (*args[:5], _safe(args[5]), *args[6:])
+        return originals["fit"](self, *args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        check_keras_call(originals["evaluate"], self, args, kwargs)
+        _refuse_r_generator(args, kwargs, "model.evaluate")
+        if _is_parameter_server(self):
+            return routes["evaluate"](self, *args, **kwargs)
+        return originals["evaluate"](self, *args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        check_keras_call(originals["predict"], self, args, kwargs)
+        if _is_parameter_server(self):
+            return routes["predict"](self, *args, **kwargs)
+        return originals["predict"](self, *args, **kwargs)
+
+    for name, patched in (("fit", fit), ("evaluate", evaluate), ("predict", predict)):
+        patched.__tfdistributed_original__ = originals[name]
+        patched.__doc__ = originals[name].__doc__
+        # inspect.signature() (help(), R's positional arguments) shows Keras' own parameters.
+        patched.__wrapped__ = originals[name]
+        setattr(cls, name, patched)
+
+
+def _refuse_r_generator(args, kwargs, what) -> None:
+    """A dataset over an R generator, trained from R's main thread, hangs: refuse it at once."""
+    import tensorflow as tf
+
+    x = args[0] if args else kwargs.get("x")
+    if isinstance(x, tf.data.Dataset):
+        check_dataset(x, what)
+
+
+def _is_parameter_server(model) -> bool:
+    import tensorflow as tf
+
+    strategy = getattr(model, "_distribute_strategy", None)
+    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
+def _safe(callbacks):
+    return safe_callbacks(callbacks) if callbacks else callbacks

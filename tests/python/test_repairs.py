@@ -1,0 +1,189 @@
+"""Each Keras repair, declared once (``tfdistributed.repairs``), seen apart from a cluster: its
+detection finds the defect in the installed Keras (read through our own patches) and nothing in
+a fixed version of the same source; the declared order satisfies what the repairs require and
+wrap; a repair whose requirement is switched off is skipped, and ``status()`` says why.
+
+The end-to-end proofs that each defect is real (the same job fails or reports other numbers
+without the repair) are in test_keras_surface.py, test_multiworker.py and test_conformance.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tfdistributed  # noqa: F401  (installs the repairs)
+from tfdistributed import compat, repairs, routing
+from tfdistributed.repairs.common import Repair, check_order, keras_trainer
+
+
+def _swap(a, b):
+    return lambda text: text.replace(a, "\0").replace(b, a).replace("\0", b)
+
+
+# For each repair: its module (whose ``source`` its detection reads through) and how the fixed
+# upstream code would read, as an edit of the installed source.
+FIXED = {
+    "symbolic_build": ("symbolic_build", lambda t: t.replace(".reduce(", ".first_value(")),
+    "reduce_per_replica": ("reduce_per_replica", lambda t: t.replace(
+        'strategy.reduce("MEAN", v, axis=0)', 'strategy.reduce("MEAN", v, axis=None)')),
+    "atomic_assign_add": ("atomic_assign_add", lambda t: t.replace(
+        "self.assign(self + value)", "self._value.assign_add(value)")),
+    "central_storage_updates": ("central_storage_updates", lambda t: t.replace(
+        'aggregation="none"', 'aggregation="only_first_replica"')),
+    "central_storage_metric_assign": ("central_storage_metric_assign", lambda t: t.replace(
+        "variable.assign(variable +", "variable.assign_add(")),
+    "uneven_batches": ("uneven_batches", lambda t: t.replace(
+        "1.0 / num_replicas", "local_examples / global_examples")),
+    "sharded_variable_updates": ("sharded_variable_updates", lambda t: t.replace(
+        "extended.update", "update_each_shard")),
+    "clip_after_all_reduce": ("clip_after_all_reduce", lambda t: t.replace(
+        "_all_reduce_sum_gradients", "_apply_summed_gradients")),
+    "logs_with_gradients": ("logs_with_gradients", _swap(".apply_gradients(",
+                                                         ".compute_metrics(")),
+    "assign_without_read": ("assign_without_read", lambda t: t + "\n# read_value=False"),
+    "multi_worker_steps_per_execution": ("multi_worker_steps_per_execution", lambda t: t.replace(
+        "tf.while_loop", "chained_steps")),
+    "strategy_aware_fit": (None, lambda t: t + "\n# ClusterCoordinator"),
+}
+
+
+def _module(name):
+    if name is None:
+        return routing
+    return importlib.import_module(f"tfdistributed.repairs.{name}")
+
+
+def test_every_repair_has_a_detection_test_and_the_names_are_those_of_before():
+    assert list(FIXED) == list(compat.names()) == list(compat.REPAIRS) == list(compat.status())
+    assert compat.names() == (
+        "symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
+        "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
+        "clip_after_all_reduce", "logs_with_gradients", "assign_without_read",
+        "multi_worker_steps_per_execution", "strategy_aware_fit")
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+def test_detection_finds_the_defect_in_the_installed_keras_through_our_patch(name):
+    compat.apply()
+    record = next(r for r in compat.records() if r.name == name)
+    assert record.detect(keras_trainer()) is True
+    assert compat.defect_present(name) is True
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+def test_detection_finds_nothing_in_the_fixed_source(name, monkeypatch):
+    module_name, fix = FIXED[name]
+    module = _module(module_name)
+    read = module.source
+    edited = []
+
+    def fixed_source(obj):
+        text = read(obj)
+        new = fix(text)
+        edited.append(new != text)
+        return new
+
+    monkeypatch.setattr(module, "source", fixed_source)
+    record = next(r for r in compat.records() if r.name == name)
+    assert record.detect(keras_trainer()) is False
+    assert any(edited), f"{name}: the fix edited none of the sources the detection read"
+
+
+def test_each_record_is_its_module_whole():
+    for record in repairs.ALL:
+        module = _module(record.name)
+        assert module.REPAIR is record
+        assert record.defect == module.__doc__ and record.defect.startswith(f"``{record.name}``")
+        assert record.detect is module.detect
+    routed = compat.records()[-1]
+    assert routed.name == "strategy_aware_fit" and routed.defect == routing.__doc__
+    assert routed.upstream == ("keras-team/keras#18624",)
+
+
+def test_the_declared_order_satisfies_requires_and_after():
+    check_order(repairs.ALL)
+    check_order(compat.records())
+    logs = next(r for r in repairs.ALL if r.name == "logs_with_gradients")
+    assert logs.requires == ("uneven_batches", "reduce_per_replica")
+    order = [r.name for r in repairs.ALL]
+    swapped = list(repairs.ALL)
+    i, j = order.index("uneven_batches"), order.index("logs_with_gradients")
+    swapped[i], swapped[j] = swapped[j], swapped[i]
+    with pytest.raises(ValueError, match="'logs_with_gradients' must come after 'uneven_batches', "
+                                         "which comes after it"):
+        check_order(swapped)
+    unknown = dataclasses.replace(logs, name="x", requires=("no_such_repair",))
+    with pytest.raises(ValueError, match="'no_such_repair', which is not a repair"):
+        check_order((*repairs.ALL, unknown))
+    with pytest.raises(ValueError, match="declared twice"):
+        check_order((*repairs.ALL, repairs.ALL[0]))
+
+
+def test_install_refuses_a_repair_out_of_order_and_adds_a_known_one_once():
+    before = compat.names()
+    compat.install(compat.records()[-1])  # strategy_aware_fit again: nothing added
+    assert compat.names() == before
+    needs_missing = Repair(name="late", defect="", upstream=(), detect=lambda t: True,
+                           apply=None, requires=("not_declared",))
+    with pytest.raises(ValueError, match="not_declared"):
+        compat.install(needs_missing)
+    assert compat.names() == before
+
+
+def test_a_repair_whose_requirement_is_switched_off_is_skipped_and_says_why():
+    code = ("import json, keras, tfdistributed\n"
+            "from tfdistributed import compat\n"
+            "print(json.dumps({'status': compat.status(), 'applied': compat.apply()}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+                               "TFDISTRIBUTED_DISABLE_COMPAT": "uneven_batches"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    status = out["status"]
+    assert status["uneven_batches"] == {
+        "defect_present": True, "applied": False,
+        "skipped": "switched off by TFDISTRIBUTED_DISABLE_COMPAT"}
+    assert status["logs_with_gradients"] == {
+        "defect_present": True, "applied": False,
+        "skipped": "requires uneven_batches, which is not applied (switched off by "
+                   "TFDISTRIBUTED_DISABLE_COMPAT)"}
+    # What does not require it is applied, clip_after_all_reduce (which only wraps it) too.
+    assert all(out["applied"][name] for name in compat.names()
+               if name not in ("uneven_batches", "logs_with_gradients"))
+
+
+def test_sharded_variable_updates_patches_nothing_global_and_applies_on_demand():
+    import keras
+
+    record = next(r for r in repairs.ALL if r.name == "sharded_variable_updates")
+    assert record.apply is None
+    assert compat.status()["sharded_variable_updates"] == {"defect_present": True,
+                                                           "applied": True}
+    optimizer = keras.optimizers.SGD()
+    keras_update = optimizer._distributed_tf_update_step
+    compat.update_shards_directly(optimizer)
+    compat.update_shards_directly(optimizer)  # idempotent
+    assert optimizer._distributed_tf_update_step.updates_shards_directly
+    assert keras.optimizers.SGD()._distributed_tf_update_step.__func__ \
+        is keras_update.__func__  # other optimizers untouched
+
+
+def test_routing_wraps_keras_methods_and_keeps_their_signature():
+    import inspect
+
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    for name in ("fit", "evaluate", "predict"):
+        routed = getattr(type(model), name)
+        keras_own = compat.keras_method(model, name)
+        assert routed.__wrapped__ is keras_own.__func__
+        assert routed.__tfdistributed_original__ is keras_own.__func__
+        assert inspect.signature(routed) == inspect.signature(keras_own.__func__)
