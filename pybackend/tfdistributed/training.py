@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import _entry, checkpoints, compat, ps, routing
+from . import checkpoints, compat, ps, routing
 from ._args import as_int, as_verbose
 from .cluster import is_chief
 from .data import plan_input
@@ -434,8 +434,3 @@ def predict_from_keras(model, *args, **kwargs):
 # (routing.py); `import tfdistributed` installs this record with compat's repairs.
 STRATEGY_AWARE_FIT = routing.strategy_aware_fit(fit_from_keras, evaluate_from_keras,
                                                 predict_from_keras)
-
-# generators (an R generator's training thread) reach these through tfdistributed._entry,
-# without importing this module.
-_entry.register(fit=fit, evaluate=evaluate, predict=predict, fit_from_keras=fit_from_keras,
-                evaluate_from_keras=evaluate_from_keras, predict_from_keras=predict_from_keras)

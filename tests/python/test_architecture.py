@@ -1,9 +1,12 @@
 """The backend's shape, checked on its source: layers that import one way, short functions, and
 an R package that uses only the backend's public names.
 
-- No import cycle between backend modules, lazy imports (inside functions) included: a module
-  that imports another only inside a function still depends on it.
+- No import cycle between backend modules (subpackages' modules included), lazy imports (inside
+  functions) and name registries included: a module that imports another only inside a function
+  still depends on it, and a module whose function fills a module-level table of another
+  (``registry.register(name=fn)``) makes that module depend on it as surely as an import.
 - No backend function runs over 60 lines of code (docstring, comments and blank lines aside).
+- No private name crosses modules: ``from .x import _y`` reaches into ``x``'s insides.
 - No R file reaches into a private backend module (`` backend()$`_args` ``): R keeps no rules
   of its own and calls what Python users call.
 """
@@ -19,22 +22,125 @@ PACKAGE = ROOT / "pybackend" / "tfdistributed"
 MAX_FUNCTION_LINES = 60
 
 
+def _module_name(path: Path) -> str:
+    """``launch`` for launch.py, ``launchers.local`` for launchers/local.py, ``launchers`` for
+    launchers/__init__.py."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
 def _modules() -> dict[str, ast.Module]:
-    return {path.stem: ast.parse(path.read_text(), str(path)) for path in PACKAGE.glob("*.py")}
+    return {_module_name(path): ast.parse(path.read_text(), str(path))
+            for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(tree: ast.Module, names: set[str]) -> set[str]:
+def _is_package(name: str) -> bool:
+    return (PACKAGE / name.replace(".", "/") / "__init__.py").exists()
+
+
+def _imported(tree: ast.Module, module: str):
+    """``(node, the package module it names, the names it takes)`` for each import in ``tree``,
+    at the top or inside functions; ``module`` is the importing module's dotted name."""
+    base = module.split(".") if _is_package(module) else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            anchor = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+            target = ".".join(anchor + ([node.module] if node.module else []))
+        elif (node.module or "").startswith("tfdistributed."):
+            target = node.module[len("tfdistributed."):]
+        elif node.module == "tfdistributed":
+            target = ""
+        else:
+            continue
+        yield node, target, [alias.name for alias in node.names]
+
+
+def _resolve(target: str, name: str, names: set[str]) -> str | None:
+    """The package module ``from target import name`` depends on: ``target.name`` when that is
+    a module, else ``target`` (or its nearest enclosing module)."""
+    for candidate in (f"{target}.{name}".lstrip("."), target):
+        while candidate:
+            if candidate in names:
+                return candidate
+            candidate = candidate.rpartition(".")[0]
+    return None
+
+
+def _imports(tree: ast.Module, names: set[str], module: str = "") -> set[str]:
     """The package's modules ``tree`` imports, at the top or inside functions."""
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                found.add(node.module.split(".")[0])
+    for _, target, taken in _imported(tree, module):
+        for name in taken:
+            resolved = _resolve(target, name, names)
+            if resolved:
+                found.add(resolved)
+    return found
+
+
+def _fillers(tree: ast.Module) -> set[str]:
+    """The functions of ``tree`` that store what they are given (one of their parameters) in a
+    module-level table: registries. A function keeping its own state there is not one."""
+    tables = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+              for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+              if isinstance(t, ast.Name)}
+
+    def names_in(nodes) -> set[str]:
+        return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+    def stores_parameter(node, params: set[str]) -> bool:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("update", "append", "add", "setdefault", "extend") \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in tables:
+            return bool(names_in(node.args + [k.value for k in node.keywords]) & params)
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                and t.value.id in tables for t in node.targets):
+            return bool(names_in([node.value]) & params)
+        return False
+
+    found = set()
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef):
+            a = fn.args
+            params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+            params |= {x.arg for x in (a.vararg, a.kwarg) if x}
+            if any(stores_parameter(n, params) for n in ast.walk(fn)):
+                found.add(fn.name)
+    return found
+
+
+def _registrations(modules: dict[str, ast.Module]) -> set[tuple[str, str]]:
+    """``(registry module, registering module)`` for each call from one module to another's
+    function that stores what it is given in a module-level table (a registry)."""
+    fillers = {name: _fillers(tree) for name, tree in modules.items()}
+    edges = set()
+    for name, tree in modules.items():
+        # Local names of package modules, and of functions taken from them.
+        as_module, as_function = {}, {}
+        for node, target, taken in _imported(tree, name):
+            for alias in node.names:
+                resolved = _resolve(target, alias.name, set(modules))
+                if resolved == f"{target}.{alias.name}".lstrip("."):
+                    as_module[alias.asname or alias.name] = resolved
+                elif resolved:
+                    as_function[alias.asname or alias.name] = (resolved, alias.name)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                registry, called = as_module.get(func.value.id), func.attr
+            elif isinstance(func, ast.Name) and func.id in as_function:
+                registry, called = as_function[func.id]
             else:
-                found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfdistributed."):
-            found.add(node.module.split(".")[1])
-    return found & names
+                continue
+            if registry and registry != name and called in fillers.get(registry, ()):
+                edges.add((registry, name))
+    return edges
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -60,12 +166,32 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_cycle_between_backend_modules_lazy_imports_included():
-    modules = _modules()
+def _graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
     # The package's __init__ gathers the public names: it imports everything by design.
-    graph = {name: _imports(tree, set(modules)) - {"__init__", "__main__", name}
-             for name, tree in modules.items() if name not in ("__init__", "__main__")}
+    skip = {"__init__", "__main__"}
+    graph = {name: _imports(tree, set(modules), name) - skip - {name}
+             for name, tree in modules.items() if name not in skip}
+    for registry, registrant in _registrations(modules):
+        if registry in graph and registrant not in skip:
+            graph[registry].add(registrant)
+    # A package's __init__ gathers its modules' public names as the top one does.
+    for package in [n for n in graph if _is_package(n)]:
+        graph[package] -= {n for n in graph if n.startswith(package + ".")}
+    return graph
+
+
+def test_no_import_cycle_between_backend_modules_lazy_imports_and_registries_included():
+    graph = _graph(_modules())
     assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
+
+
+def test_no_private_name_is_imported_across_modules():
+    crossing = [f"{module}: from {target or '.'} import {name}"
+                for module, tree in _modules().items()
+                for _, target, taken in _imported(tree, module)
+                for name in taken if name.startswith("_") and not name.startswith("__")
+                and _resolve(target, name, set(_modules())) != f"{target}.{name}".lstrip(".")]
+    assert not crossing, crossing
 
 
 def _code_lines(node: ast.AST, source_lines: list[str]) -> int:
@@ -81,14 +207,14 @@ def _code_lines(node: ast.AST, source_lines: list[str]) -> int:
 
 def test_no_backend_function_over_sixty_lines_of_code():
     long = []
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         source = path.read_text()
         lines = source.splitlines()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = _code_lines(node, lines)
                 if n > MAX_FUNCTION_LINES:
-                    long.append(f"{path.name}:{node.lineno} {node.name} ({n} lines)")
+                    long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, "functions over 60 lines of code: " + ", ".join(long)
 
 
@@ -103,6 +229,9 @@ def test_no_r_file_calls_a_private_backend_module():
 def test_the_checks_themselves_see_a_cycle_and_a_long_function():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+    registry = ast.parse("_TABLE = {}\ndef register(**kw):\n    _TABLE.update(kw)\n")
+    user = ast.parse("from . import registry\nregistry.register(fit=lambda: 0)\n")
+    assert _registrations({"registry": registry, "user": user}) == {("registry", "user")}
     source = "def f():\n    '''doc'''\n" + "    x = 1\n" * 61 + "    # a comment\n\n"
     tree = ast.parse(source)
     assert _code_lines(tree.body[0], source.splitlines()) == 61
