@@ -20,6 +20,7 @@
 #' @param compile Restore the compiled loss, metrics and optimizer.
 #' @return `save_model_distributed()` and `export_saved_model_distributed()`:
 #'   the path this process wrote, invisibly. `load_model_distributed()`: the model.
+#' @family checkpoints
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -60,11 +61,13 @@ export_saved_model_distributed <- function(model, path) {
 #' (`ModelCheckpoint`, `TensorBoard`, `CSVLogger`, `BackupAndRestore`) are made
 #' chief-only automatically.
 #'
-#' @param backup_dir Directory for the backup; deleted when training completes.
+#' @param backup_dir Directory for the backup, on storage every worker can
+#'   read (shared storage on a real cluster); deleted when training completes.
 #' @param save_freq `"epoch"` or a number of steps between backups (as in
 #'   Keras' own callback, which restores at the start of the epoch; for a
 #'   resume at the step, use [fit_distributed()]'s `save_freq`).
 #' @return A Keras callback.
+#' @family checkpoints
 #' @export
 #' @examples
 #' if (backend_available()) {

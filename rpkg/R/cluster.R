@@ -15,6 +15,7 @@
 #' @return A named list of character vectors (roles in TensorFlow's order), of
 #'   class `tfdistributed_cluster`.
 #' @seealso [local_cluster()] for free ports on this machine, [set_tf_config()].
+#' @family cluster configuration
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -50,6 +51,7 @@ as_addresses <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env
 #' @param evaluator Add an evaluator task (it evaluates what the chief saves,
 #'   outside the training cluster).
 #' @return A `tfdistributed_cluster` (see [tf_cluster()]).
+#' @family cluster configuration
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -102,6 +104,7 @@ print.tfdistributed_cluster <- function(x, ...) {
 #' @param task_index Index of the task within its role (from 0).
 #' @return A list with `cluster` and `task`, of class `tfdistributed_tf_config`.
 #'   `format()` gives the JSON text.
+#' @family cluster configuration
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -180,12 +183,12 @@ print.tfdistributed_tf_config <- function(x, ...) {
 #' R error naming the field, including `TF_CONFIG=""` (use
 #' [clear_tf_config()] or `Sys.unsetenv("TF_CONFIG")` to unset it).
 #'
-#' @param cluster A cluster from [tf_cluster()] or [local_cluster()].
-#' @param task_type,task_index Which task this process is.
-#' @param config Instead of `cluster`/`task_type`/`task_index`: a whole
-#'   TF_CONFIG, as a list or JSON text.
+#' @inheritParams tf_task_config
+#' @param config Instead of `cluster`/`task_type`/`task_index` (which say
+#'   which task this process is): a whole TF_CONFIG, as a list or JSON text.
 #' @return `set_tf_config()`: the TF_CONFIG that was set, invisibly.
 #'   `get_tf_config()`: the validated TF_CONFIG, or `NULL` when none is set.
+#' @family cluster configuration
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -228,10 +231,10 @@ clear_tf_config <- function() {
 #' `worker_count` counts the chief there as well, but it only coordinates); 1
 #' for the evaluator and without TF_CONFIG. For a global batch size use
 #' [global_batch_size()], which counts each host's devices too.
-
 #'
 #' @param config A TF_CONFIG (list or JSON text); default this process's.
 #' @return A logical / an integer.
+#' @family cluster configuration
 #' @export
 #' @examples
 #' if (backend_available()) {

@@ -11,11 +11,12 @@
 #' * `"hint"`: shard where the pipeline says; `"off"`: every worker sees
 #'   everything.
 #'
-#' @param dataset A `tf.data.Dataset` (e.g. from [load_tfds()]).
+#' @param dataset A `tf.data.Dataset` (e.g. from [dataset_from_arrays()],
+#'   [dataset_from_files()] or [load_tfds()]).
 #' @param policy One of `"auto"`, `"file"`, `"data"`, `"off"`, `"hint"`.
 #' @return `dataset_shard_policy()`: the dataset with the policy set.
 #'   `shard_policy()`: the policy name set on `dataset`.
-#' @seealso [check_sharding()]
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -41,10 +42,12 @@ shard_policy <- function(dataset) {
 #' happens here, as an R error naming the fix. [fit_distributed()] does this
 #' for you in multi-worker jobs.
 #'
-#' @param dataset A `tf.data.Dataset`.
+#' @inheritParams dataset_shard_policy
 #' @param num_shards Number of workers; default from TF_CONFIG.
-#' @param policy Shard policy to check instead of the dataset's own.
+#' @param policy Shard policy to check instead of the dataset's own (one of
+#'   those of [dataset_shard_policy()]).
 #' @return The policy that was checked, invisibly.
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -67,6 +70,7 @@ check_sharding <- function(dataset, num_shards = num_workers(), policy = NULL) {
 #' @param per_replica Examples per replica per step.
 #' @param strategy A strategy; default the current one.
 #' @return An integer.
+#' @family strategies
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -80,11 +84,16 @@ global_batch_size <- function(per_replica, strategy = NULL) {
 #'
 #' @param x,y Inputs and targets: matrices, arrays, vectors or data frames (see
 #'   [fit_distributed()]).
-#' @param batch_size The *global* batch size.
-#' @param shuffle Shuffle every epoch.
-#' @param seed Seed for the shuffle.
-#' @param shard_policy Shard policy; `"data"` suits arrays held in memory.
+#' @param batch_size The *global* batch size: each replica gets
+#'   `batch_size / replicas` examples per step (see [global_batch_size()]).
+#' @inheritParams fit_distributed
+#' @param shard_policy The shard policy set on the returned dataset: `"auto"`,
+#'   `"file"`, `"data"`, `"off"` or `"hint"` (see [dataset_shard_policy()]).
+#'   The defaults suit the source: `"data"` for arrays held in memory, `"file"`
+#'   for sharded files (each worker reads whole files); `NULL` (the default of
+#'   [load_tfds()]) keeps the dataset's own (TensorFlow's `"auto"`).
 #' @return A `tf.data.Dataset` yielding `(x, y)` batches.
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -153,11 +162,12 @@ to_numpy <- function(x, name, call = rlang::caller_env()) {
 #' @param name Dataset name, e.g. `"sklearn_digits"`.
 #' @param split Split, e.g. `"train"` or `"test"`.
 #' @param data_dir Directory holding the prepared dataset.
-#' @param shard_policy Shard policy to set on the result, or `NULL`.
+#' @inheritParams dataset_from_arrays
 #' @param as_supervised Yield `(input, label)` pairs.
 #' @param download Download and prepare when missing.
 #' @param ... Passed to `tfds.load()`.
 #' @return A `tf.data.Dataset`.
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -184,6 +194,7 @@ load_tfds <- function(name, split = "train", data_dir = NULL, shard_policy = NUL
 #' @param seed Seed of the split.
 #' @return `digits_data()`: `list(train = list(x, y), test = list(x, y))` with
 #'   `x` a `n x 8 x 8 x 1` array in \[0, 1\] and `y` integer labels 0-9.
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {

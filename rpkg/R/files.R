@@ -20,7 +20,7 @@
 #'   (with a header line).
 #' @param prefix File name prefix.
 #' @return The file paths, invisibly.
-#' @seealso [dataset_from_files()]
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -70,13 +70,12 @@ write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord
 #'
 #' @param dir Directory written by [write_dataset_shards()].
 #' @param label Name of the target column.
-#' @param batch_size The *global* batch size.
+#' @inheritParams dataset_from_arrays
 #' @param features Names of the input columns; default all but `label`.
 #' @param shuffle_files Read the files in a new random order every epoch.
 #' @param seed Seed for the file order.
-#' @param shard_policy Shard policy, see [dataset_shard_policy()].
 #' @return A `tf.data.Dataset` yielding `(x, y)` batches.
-#' @seealso [write_dataset_shards()], [dataset_from_generator()]
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {

@@ -57,7 +57,7 @@
 #' @param prefetch How many batches R may prepare ahead of training.
 #' @return A `tfdistributed_generator_dataset` for [fit_distributed()] and
 #'   [evaluate_distributed()].
-#' @seealso [dataset_from_files()], [write_dataset_shards()]
+#' @family data
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -123,6 +123,7 @@ print.tfdistributed_generator_dataset <- function(x, ...) {
 #'
 #' @param x An object.
 #' @return A single logical.
+#' @family data
 #' @export
 is_generator_dataset <- function(x) {
   inherits(x, "tfdistributed_generator_dataset") || calls_r(x)

@@ -18,6 +18,7 @@ default_envname <- "r-tfdistributed"
 #' @param python Python interpreter to create the virtualenv with; default
 #'   reticulate's choice.
 #' @return `envname`, invisibly.
+#' @family backend and Keras
 #' @export
 #' @examples
 #' \dontrun{

@@ -14,9 +14,7 @@
 #' TensorFlow servers.
 #'
 #' @param script Path of a `.R` or `.py` training script.
-#' @param workers Number of worker tasks.
-#' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
-#' @param chief Add a chief task.
+#' @inheritParams local_cluster
 #' @param timeout Seconds for the whole job; then every process is stopped.
 #'   `NULL`: the backend's default (15 minutes).
 #' @param env Named character vector of extra environment variables for every task.
@@ -55,6 +53,7 @@
 #'   (`attempt`, the failed `task`, how it `ended`, its `error` line,
 #'   `preempted`; `NA` for the attempt that succeeded). Tasks, output and
 #'   cluster are those of the last attempt.
+#' @family launching
 #' @export
 #' @examples
 #' if (backend_available()) {

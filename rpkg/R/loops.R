@@ -17,10 +17,12 @@
 #' @param loss A Keras loss object or name; its reduction is replaced by
 #'   per-example losses.
 #' @param optimizer A Keras optimizer created inside the strategy's scope.
-#' @param strategy The strategy.
+#' @inheritParams strategy_info
+#' @inheritParams fit_distributed
 #' @param global_batch_size The global batch size (see [global_batch_size()]).
 #' @return `make_train_step()`, `make_eval_step()`: a function of one batch
 #'   returning the global mean loss as a scalar tensor.
+#' @family training
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -50,7 +52,6 @@ make_eval_step <- function(model, loss, strategy, global_batch_size) {
 #' @rdname make_train_step
 #' @param dataset A `tf.data.Dataset` of `(x, y)` batches of the global batch
 #'   size (drop the remainder: a short last batch is divided by the full size).
-#' @param epochs Number of passes over `dataset`.
 #' @return `train_loop()`: the mean loss of each epoch (numeric vector).
 #' @export
 train_loop <- function(model, dataset, loss, optimizer, strategy, global_batch_size, epochs = 1) {

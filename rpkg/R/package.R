@@ -16,6 +16,7 @@
 #'
 #' @format A Python module proxy created by [reticulate::import()].
 #' @keywords internal
+#' @family backend and Keras
 #' @export
 tfd <- NULL
 
@@ -31,6 +32,7 @@ tfd <- NULL
 #' be converted is an R error naming the argument.
 #'
 #' @format A Python module proxy created by [reticulate::import()].
+#' @family backend and Keras
 #' @examples
 #' if (backend_available()) {
 #'   model <- keras$Sequential(list(
@@ -121,6 +123,7 @@ backend <- function() {
 #' errors. Useful to skip examples and tests.
 #'
 #' @return A single logical.
+#' @family backend and Keras
 #' @export
 #' @examples
 #' backend_available()
@@ -142,6 +145,7 @@ backend_available <- function() {
 #' @param ... Dimensions (whole numbers; `NA`/`NULL` for unknown), or one
 #'   numeric vector of them.
 #' @return A Python tuple.
+#' @family backend and Keras
 #' @export
 #' @examples
 #' if (backend_available()) {

@@ -1,4 +1,4 @@
-#' TF_CONFIG from a SLURM job step, and batch scripts for SLURM
+#' TF_CONFIG from a SLURM job step
 #'
 #' Inside `srun -n 2 Rscript train.R`, [distribute_strategy()] with `"auto"`
 #' (or `"multi_worker_mirrored"`, `"parameter_server"`) needs no TF_CONFIG: when
@@ -15,9 +15,11 @@
 #' @param ps Number of parameter-server tasks: tasks 1..`ps` become `ps`, task 0
 #'   the chief. Default `TFDISTRIBUTED_SLURM_PS`, else 0.
 #' @param chief Make task 0 the chief. Default `TFDISTRIBUTED_SLURM_CHIEF`.
-#' @return `tf_config_from_slurm()`: the TF_CONFIG of this task (class
-#'   `tfdistributed_tf_config`; it is not set).
-#' @seealso [launch_cluster()] with `backend = "slurm"` to submit a job from R.
+#' @return The TF_CONFIG of this task (class `tfdistributed_tf_config`; it is
+#'   not set).
+#' @seealso [slurm_script()] for a batch script whose tasks get theirs this
+#'   way, [launch_cluster()] with `backend = "slurm"` to submit a job from R.
+#' @family cluster configuration
 #' @export
 #' @examples
 #' \dontrun{
@@ -32,10 +34,17 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
   as_tfdistributed_tf_config(config)
 }
 
-#' @rdname tf_config_from_slurm
-#' @param script Path of the `.R` or `.py` training script.
-#' @param workers Number of worker tasks.
-#' @param args Command-line arguments for the script.
+#' A SLURM batch script that runs a training script as a cluster
+#'
+#' The text of an `sbatch` script that runs `script` as a job of `workers`
+#' (+ `ps` + chief) tasks, each with its TF_CONFIG, built from SLURM's
+#' environment as [tf_config_from_slurm()] shows it. `writeLines()` it to a
+#' file and submit it with `sbatch`, or let
+#' `launch_cluster(script, backend = "slurm")` do both and follow the job.
+#'
+#' @inheritParams launch_cluster
+#' @param ps Number of parameter-server tasks; with `ps > 0` the job also gets
+#'   a chief (the coordinator, which runs `script`), as if `chief = TRUE`.
 #' @param preemption_notice With a `time_limit`, seconds before it at which
 #'   SLURM sends the tasks SIGTERM (`--signal`): a script whose
 #'   [fit_distributed()] has a `backup_dir` backs up and exits with status 75.
@@ -43,13 +52,11 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #' @param requeue Let SLURM requeue the job (`--requeue`), and requeue it when
 #'   its tasks stopped on a preemption notice (status 75), so that it resumes
 #'   from its backup by itself.
-#' @param ... `slurm_script()`: options of the batch script: `partition`,
+#' @param ... Options of the batch script: `partition`,
 #'   `time_limit` (minutes), `sbatch_args`, `srun_args`, `job_name`,
 #'   `directory`, `env`.
-#' @return `slurm_script()`: the text of an `sbatch` script that runs `script`
-#'   as a job of `workers` (+ `ps` + chief) tasks, each with its TF_CONFIG;
-#'   `writeLines()` it to a file and submit it with `sbatch`, or let
-#'   `launch_cluster(script, backend = "slurm")` do both and follow the job.
+#' @return The text of the `sbatch` script.
+#' @family launching
 #' @export
 #' @examples
 #' if (backend_available()) {

@@ -28,7 +28,8 @@
 #'   (multi_worker_mirrored), `variable_partitioner` (parameter_server), `tpu`,
 #'   `cluster_resolver`.
 #' @return The strategy, with class `tfdistributed_strategy` prepended.
-#' @seealso [strategy_info()], [fit_distributed()]
+#' @seealso [fit_distributed()]
+#' @family strategies
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -65,6 +66,7 @@ as_tfdistributed_strategy <- function(strategy) {
 #'   `tf.distribute.Strategy`).
 #' @return A list with `kind`, `num_replicas`, `devices`, `num_workers`,
 #'   `task_type` and `task_index` (and `num_ps` for parameter-server).
+#' @family strategies
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -109,6 +111,7 @@ print.tfdistributed_strategy <- function(x, ...) {
 #'
 #' @param n Number of logical CPU devices.
 #' @return The logical device names, invisibly.
+#' @family strategies
 #' @export
 #' @examples
 #' if (backend_available()) {

@@ -17,11 +17,14 @@
 #' converted by the same rules as `fit_distributed()` (see [keras]).
 #'
 #' @param model A compiled Keras model, built inside `with(strategy$scope(), ...)`.
-#' @param x Inputs (see Details) or a `tf.data.Dataset`.
+#' @param x Inputs (see Details), a `tf.data.Dataset`, or a
+#'   [dataset_from_generator()] (batches made by an R function).
 #' @param y Targets (arrays only).
-#' @param strategy The strategy; default the one the model was built under.
-#' @param epochs Number of epochs.
-#' @param batch_size Global batch size (arrays only); must divide evenly over
+#' @param strategy A strategy from [distribute_strategy()] (or any
+#'   `tf.distribute.Strategy`); default the one the model was built under.
+#' @param epochs Number of epochs to train.
+#' @param batch_size Global batch size (arrays only): each replica gets
+#'   `batch_size / replicas` examples per step, so it must divide evenly over
 #'   the replicas, see [global_batch_size()].
 #' @param validation_data `list(x, y)`, `list(x, y, sample_weight)` or a
 #'   `tf.data.Dataset`.
@@ -31,8 +34,8 @@
 #' @param class_weight A named list or named numeric vector mapping class
 #'   indices (0-based, as names) to weights, e.g. `c("0" = 1, "1" = 2.5)`.
 #' @param callbacks A Keras callback or a list of them.
-#' @param shard_policy How a multi-worker job splits the data; see
-#'   [dataset_shard_policy()].
+#' @param shard_policy How a multi-worker job splits the data (`"data"` for
+#'   arrays by default); see [dataset_shard_policy()].
 #' @param shuffle Shuffle arrays every epoch.
 #' @param seed Seed for the shuffle.
 #' @param steps_per_epoch Steps per epoch (needed for infinite datasets).
@@ -56,7 +59,9 @@
 #' @return `fit_distributed()`: a `tfdistributed_history`: `print()`, `plot()`
 #'   and `as.data.frame()` (columns `epoch`, `metric`, `value`) work on it;
 #'   `$metrics` is a named list of per-epoch values.
-#' @seealso [distribute_strategy()], [evaluate_distributed()]
+#' @seealso [distribute_strategy()], [dataset_from_arrays()],
+#'   [backup_and_restore()]
+#' @family training
 #' @export
 #' @examples
 #' if (backend_available()) {
@@ -230,6 +235,7 @@ print.tfdistributed_history <- function(x, ...) {
 #' @param metrics Metric names to plot; default all.
 #' @param ... Passed to [graphics::plot()].
 #' @return `x`, invisibly.
+#' @family training
 #' @export
 plot.tfdistributed_history <- function(x, y, metrics = NULL, ...) {
   names_all <- names(x$metrics)
