@@ -6,6 +6,7 @@ Each vignette is knitted by scripts/render_vignette.R in a fresh Rscript process
 
 from __future__ import annotations
 
+import concurrent.futures
 import html
 import re
 import subprocess
@@ -60,19 +61,27 @@ def test_no_chunk_is_skipped_except_installation():
         assert skipped in ([], ["install"]), (name, skipped)
 
 
+def _render(name, out):
+    return subprocess.run(
+        ["Rscript", str(ROOT / "scripts" / "render_vignette.R"),
+         str(ROOT / "vignettes" / f"{name}.Rmd"), str(out)],
+        cwd=ROOT, env=r_env(), capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("docs")
     pages, failures = {}, {}
-    for name in VIGNETTES:
-        done = subprocess.run(
-            ["Rscript", str(ROOT / "scripts" / "render_vignette.R"),
-             str(ROOT / "vignettes" / f"{name}.Rmd"), str(out)],
-            cwd=ROOT, env=r_env(), capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            failures[name] = done.stderr[-3000:]
-        else:
-            pages[name] = (out / f"{name}.html").read_text()
+    # Two renders at a time: one alone leaves a core of the two idle much of the time (its
+    # clusters start processes and wait on each other).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {name: pool.submit(_render, name, out) for name in VIGNETTES}
+        for name, run in runs.items():
+            done = run.result()
+            if done.returncode != 0:
+                failures[name] = done.stderr[-3000:]
+            else:
+                pages[name] = (out / f"{name}.html").read_text()
     return pages, failures
 
 
