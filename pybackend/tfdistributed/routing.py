@@ -82,12 +82,16 @@ def route(trainer, routes: dict) -> None:
 
 
 def _refuse_r_generator(args, kwargs, what) -> None:
-    """A dataset over an R generator, trained from R's main thread, hangs: refuse it at once."""
+    """A dataset over an R generator, trained or validated on from R's main thread, hangs:
+    refuse it at once (``x``, and ``fit``'s ``validation_data``, its 8th argument)."""
     import tensorflow as tf
 
-    x = args[0] if args else kwargs.get("x")
-    if isinstance(x, tf.data.Dataset):
-        check_dataset(x, what)
+    given = [args[0] if args else kwargs.get("x")]
+    if what == "model.fit":
+        given.append(args[7] if len(args) > 7 else kwargs.get("validation_data"))
+    for data in given:
+        if isinstance(data, tf.data.Dataset):
+            check_dataset(data, what)
 
 
 def _is_parameter_server(model) -> bool:

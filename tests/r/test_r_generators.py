@@ -182,10 +182,16 @@ def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
     gr("""
       refused_python <- tryCatch(tfd$fit(model, raw, epochs = 1L), error = conditionMessage)
       refused_keras <- tryCatch(model$fit(raw, epochs = 1L), error = conditionMessage)
+      refused_validation <- tryCatch(
+        model$fit(dataset_from_arrays(gen_digits$train$x, gen_digits$train$y, batch_size = 64),
+                  validation_data = raw, epochs = 1L), error = conditionMessage)
     """)
     assert time.monotonic() - started < 20
     assert "Use dataset_from_generator" in gr("refused_python")[0]
     assert "Use dataset_from_generator" in gr("refused_keras")[0]
+    # As fit's validation_data: refused before the first epoch, not by the evaluate Keras
+    # calls at its end.
+    assert gr("refused_validation")[0].startswith("model.fit() was given a tf.data dataset")
     # As validation data next to a parameter-server dataset function, which the chief reads on
     # this thread: refused too, not only when it is the training input.
     from tfdistributed.data import plan_input
