@@ -27,35 +27,32 @@ def _swap(a, b):
     return lambda text: text.replace(a, "\0").replace(b, a).replace("\0", b)
 
 
-# For each repair: its module (whose ``source`` its detection reads through) and how the fixed
-# upstream code would read, as an edit of the installed source.
+# For each repair, how the fixed upstream code would read, as an edit of the installed source
+# its detection reads (through its module's ``source``).
 FIXED = {
-    "symbolic_build": ("symbolic_build", lambda t: t.replace(".reduce(", ".first_value(")),
-    "reduce_per_replica": ("reduce_per_replica", lambda t: t.replace(
-        'strategy.reduce("MEAN", v, axis=0)', 'strategy.reduce("MEAN", v, axis=None)')),
-    "atomic_assign_add": ("atomic_assign_add", lambda t: t.replace(
-        "self.assign(self + value)", "self._value.assign_add(value)")),
-    "central_storage_updates": ("central_storage_updates", lambda t: t.replace(
-        'aggregation="none"', 'aggregation="only_first_replica"')),
-    "central_storage_metric_assign": ("central_storage_metric_assign", lambda t: t.replace(
-        "variable.assign(variable +", "variable.assign_add(")),
-    "uneven_batches": ("uneven_batches", lambda t: t.replace(
-        "1.0 / num_replicas", "local_examples / global_examples")),
-    "sharded_variable_updates": ("sharded_variable_updates", lambda t: t.replace(
-        "extended.update", "update_each_shard")),
-    "clip_after_all_reduce": ("clip_after_all_reduce", lambda t: t.replace(
-        "_all_reduce_sum_gradients", "_apply_summed_gradients")),
-    "logs_with_gradients": ("logs_with_gradients", _swap(".apply_gradients(",
-                                                         ".compute_metrics(")),
-    "assign_without_read": ("assign_without_read", lambda t: t + "\n# read_value=False"),
-    "multi_worker_steps_per_execution": ("multi_worker_steps_per_execution", lambda t: t.replace(
-        "tf.while_loop", "chained_steps")),
-    "strategy_aware_fit": (None, lambda t: t + "\n# ClusterCoordinator"),
+    "symbolic_build": lambda t: t.replace(".reduce(", ".first_value("),
+    "reduce_per_replica": lambda t: t.replace(
+        'strategy.reduce("MEAN", v, axis=0)', 'strategy.reduce("MEAN", v, axis=None)'),
+    "atomic_assign_add": lambda t: t.replace(
+        "self.assign(self + value)", "self._value.assign_add(value)"),
+    "central_storage_updates": lambda t: t.replace(
+        'aggregation="none"', 'aggregation="only_first_replica"'),
+    "central_storage_metric_assign": lambda t: t.replace(
+        "variable.assign(variable +", "variable.assign_add("),
+    "uneven_batches": lambda t: t.replace("1.0 / num_replicas", "local_examples / global_examples"),
+    "sharded_variable_updates": lambda t: t.replace("extended.update", "update_each_shard"),
+    "clip_after_all_reduce": lambda t: t.replace(
+        "_all_reduce_sum_gradients", "_apply_summed_gradients"),
+    "logs_with_gradients": _swap(".apply_gradients(", ".compute_metrics("),
+    "assign_without_read": lambda t: t + "\n# read_value=False",
+    "multi_worker_steps_per_execution": lambda t: t.replace("tf.while_loop", "chained_steps"),
+    "strategy_aware_fit": lambda t: t + "\n# ClusterCoordinator",
 }
 
 
 def _module(name):
-    if name is None:
+    """The module that declares repair ``name`` (the routing is not in the repairs package)."""
+    if name == "strategy_aware_fit":
         return routing
     return importlib.import_module(f"tfdistributed.repairs.{name}")
 
@@ -79,8 +76,8 @@ def test_detection_finds_the_defect_in_the_installed_keras_through_our_patch(nam
 
 @pytest.mark.parametrize("name", list(FIXED))
 def test_detection_finds_nothing_in_the_fixed_source(name, monkeypatch):
-    module_name, fix = FIXED[name]
-    module = _module(module_name)
+    fix = FIXED[name]
+    module = _module(name)
     read = module.source
     edited = []
 
