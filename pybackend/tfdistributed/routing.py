@@ -51,7 +51,7 @@ def route(trainer, routes: dict) -> None:
 
     def fit(self, *args, **kwargs):
         check_keras_call(originals["fit"], self, args, kwargs)
-        _refuse_r_generator(args, kwargs, "model.fit")
+        _refuse_r_generator(originals["fit"], self, args, kwargs, "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
         if "callbacks" in kwargs:
@@ -62,7 +62,7 @@ def route(trainer, routes: dict) -> None:
 
     def evaluate(self, *args, **kwargs):
         check_keras_call(originals["evaluate"], self, args, kwargs)
-        _refuse_r_generator(args, kwargs, "model.evaluate")
+        _refuse_r_generator(originals["evaluate"], self, args, kwargs, "model.evaluate")
         if _is_parameter_server(self):
             return routes["evaluate"](self, *args, **kwargs)
         return originals["evaluate"](self, *args, **kwargs)
@@ -81,17 +81,21 @@ def route(trainer, routes: dict) -> None:
         setattr(cls, name, patched)
 
 
-def _refuse_r_generator(args, kwargs, what) -> None:
+def _refuse_r_generator(method, model, args, kwargs, what) -> None:
     """A dataset over an R generator, trained or validated on from R's main thread, hangs:
-    refuse it at once (``x``, and ``fit``'s ``validation_data``, its 8th argument)."""
+    refuse it at once (``x``, and ``validation_data``; ``args``/``kwargs`` bound to Keras' own
+    ``method``, as :func:`~tfdistributed._args.check_keras_call` binds them)."""
+    import inspect
+
     import tensorflow as tf
 
-    given = [args[0] if args else kwargs.get("x")]
-    if what == "model.fit":
-        given.append(args[7] if len(args) > 7 else kwargs.get("validation_data"))
-    for data in given:
-        if isinstance(data, tf.data.Dataset):
-            check_dataset(data, what)
+    try:
+        bound = inspect.signature(method).bind(model, *args, **kwargs).arguments
+    except TypeError:
+        return  # a wrong call: Keras' own message says which argument
+    for name in ("x", "validation_data"):
+        if isinstance(bound.get(name), tf.data.Dataset):
+            check_dataset(bound[name], what)
 
 
 def _is_parameter_server(model) -> bool:
