@@ -44,6 +44,15 @@ def as_int(value, name: str, *, minimum: int | None = None, allow_none: bool = F
     return value
 
 
+def as_seconds(value, name: str, *, minimum: float = 0.0) -> float:
+    """``value`` as a number of seconds (an int or a float, at least ``minimum``), or an
+    :class:`ArgumentTypeError` that names the fix."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= minimum:
+        raise ArgumentTypeError(f"`{name}` must be a number of seconds of at least {minimum:g}, "
+                                f"got {value!r}.")
+    return float(value)
+
+
 def as_str(value, name: str, *, allow_none: bool = False):
     if value is None and allow_none:
         return None

@@ -23,6 +23,7 @@ from .launchers import engine
 from .launchers.base import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult
 from .launchers.local import LaunchPlan, TaskPlan
 from .launchers.restarts import run
+from .watch.collector import DEFAULT_STALL_WARNING, job_watch, task_env
 
 __all__ = ["DEFAULT_TIMEOUT", "PREEMPTED_EXIT_CODE", "LaunchPlan", "LaunchResult", "TaskPlan",
            "TaskResult", "launch", "run_server"]
@@ -33,7 +34,8 @@ DEFAULT_TIMEOUT = 900.0
 def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max_restarts=0,
            env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
            rscript="Rscript", cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False,
-           backend="local", **backend_options):
+           backend="local", progress=True, stall_warning=DEFAULT_STALL_WARNING,
+           stall_timeout=None, **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
@@ -87,7 +89,18 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             (:func:`tfdistributed.cluster.check_own_address`). At the timeout, the list of
             tasks that never joined cannot see sockets on other hosts: it names them all.
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
-        show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
+        show_all: also stream TensorFlow's C++ start-up lines and each task's Keras progress
+            lines (always kept in ``output``).
+        progress: one progress display for the whole job instead of each task's Keras progress
+            output: ``True`` (a line redrawn where the output is a terminal, else a line per
+            epoch), ``"lines"``, ``"live"`` or ``False``. Stragglers and stalls are named
+            either way.
+        stall_warning: seconds without a step from any task (after the first step, validation
+            steps counting) before the job's output names the task the others wait for, where
+            it is (its stack) and why (:mod:`tfdistributed.watch.stall`); ``None``: never.
+        stall_timeout: seconds without a step after which every task ends with exit status 76
+            (``tfdistributed.watch.recorder.STALLED_EXIT_CODE``), so that ``max_restarts``
+            restarts the job; default ``None``: a stall is named, not ended.
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
             :func:`tfdistributed.launchers.slurm.launch_slurm`) or ``"ray"`` (Ray actors:
             :func:`tfdistributed.launchers.ray.launch_ray`).
@@ -97,7 +110,11 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         A :class:`LaunchResult`: ``tasks`` holds each task's :class:`TaskResult` (exit code,
         output lines, return value), ``values`` the return values of a function target,
         ``cluster`` the cluster that ran and ``seconds`` the wall time (of every attempt);
-        ``restarts`` and ``attempts`` say how often and why the job was restarted.
+        ``restarts`` and ``attempts`` say how often and why the job was restarted;
+        ``history`` the job's training history (as ``keras.callbacks.History.history``: the
+        chief's, else worker 0's epochs, each once across restarts), ``workers`` one record per
+        task (steps, examples/s, median step, waiting, restarts, straggler) and
+        ``stragglers`` the tasks named as such (:mod:`tfdistributed.watch.collector`).
 
     Raises:
         LaunchError: a task exited non-zero (on every attempt, or the same way twice in a row,
@@ -119,9 +136,11 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         1
     """
     max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
+    watch = job_watch(progress, stall_warning, echo=echo, on_output=on_output)
+    env = {**task_env(watch.stall_warning, stall_timeout), **(env or {})}
     common = dict(timeout=timeout, max_restarts=max_restarts, env=env, args=args,
                   on_output=on_output, echo=echo, python=python, rscript=rscript, cwd=cwd,
-                  show_all=show_all)
+                  show_all=show_all, watch=watch)
     local_only = dict(cluster=cluster, tasks=tasks, prepare_task=prepare_task, hosts=hosts)
     if backend == "local":
         if backend_options:

@@ -26,6 +26,7 @@ from .checkpoints import safe_callbacks
 from .data import check_dataset
 from .repairs import Repair
 from .repairs.common import source
+from .watch.recorder import examples_per_step, recorder_for
 
 
 def strategy_aware_fit(fit_from_keras: Callable, evaluate_from_keras: Callable,
@@ -54,11 +55,14 @@ def route(trainer, routes: dict) -> None:
         _refuse_r_generator(originals["fit"], self, args, kwargs, "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
-        if "callbacks" in kwargs:
-            kwargs["callbacks"] = _safe(kwargs["callbacks"])
-        elif len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-            args = (*args[:5], _safe(args[5]), *args[6:])
-        return originals["fit"](self, *args, **kwargs)
+        bound = _bound(originals["fit"], self, args, kwargs)
+        if bound is None:  # a wrong call: Keras' own message says which argument
+            return originals["fit"](self, *args, **kwargs)
+        given = bound.arguments
+        given["callbacks"] = recorder_for(self, _safe(given.get("callbacks")),
+                                          examples_per_step(given.get("x"),
+                                                            given.get("batch_size")))
+        return originals["fit"](*bound.args, **bound.kwargs)
 
     def evaluate(self, *args, **kwargs):
         check_keras_call(originals["evaluate"], self, args, kwargs)
@@ -85,17 +89,26 @@ def _refuse_r_generator(method, model, args, kwargs, what) -> None:
     """A dataset over an R generator, trained or validated on from R's main thread, hangs:
     refuse it at once (``x``, and ``validation_data``; ``args``/``kwargs`` bound to Keras' own
     ``method``, as :func:`~tfdistributed._args.check_keras_call` binds them)."""
-    import inspect
-
     import tensorflow as tf
 
-    try:
-        bound = inspect.signature(method).bind(model, *args, **kwargs).arguments
-    except TypeError:
+    bound = _bound(method, model, args, kwargs)
+    if bound is None:
         return  # a wrong call: Keras' own message says which argument
+    bound = bound.arguments
     for name in ("x", "validation_data"):
         if isinstance(bound.get(name), tf.data.Dataset):
             check_dataset(bound[name], what)
+
+
+def _bound(method, model, args, kwargs):
+    """``model.method(*args, **kwargs)`` bound to Keras' own signature, or None if it does not
+    bind (Keras' own error then says why)."""
+    import inspect
+
+    try:
+        return inspect.signature(method).bind(model, *args, **kwargs)
+    except TypeError:
+        return None
 
 
 def _is_parameter_server(model) -> bool:

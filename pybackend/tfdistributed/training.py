@@ -21,6 +21,7 @@ from .cluster import is_chief
 from .data import plan_input
 from .errors import ArgumentTypeError, TrainingError
 from .strategies import strategy_info, strategy_kind
+from .watch.recorder import examples_per_step, recorder_for
 
 
 def model_strategy(model):
@@ -192,7 +193,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     if backup_dir is not None:
         backup = checkpoints.BackupAndRestore(os.fspath(backup_dir), save_freq=save_freq)
         callbacks.insert(0, backup)
-    callbacks = checkpoints.safe_callbacks(callbacks)
+    callbacks = recorder_for(model, checkpoints.safe_callbacks(callbacks),
+                             examples_per_step(x, plan.batch_size))
     if plan.kind == "parameter_server":
         _refuse_step_backups(save_freq, "parameter-server training (its coordinator runs the "
                                         "steps)")

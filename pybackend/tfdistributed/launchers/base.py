@@ -62,6 +62,14 @@ class LaunchResult:
     before it; ``attempts`` has one dict per attempt, ``{"attempt": n, "task": "worker 1",
     "ended": "was killed by signal 9", "error": <its error line>, "preempted": False}``, the
     last one (the successful one) with ``task``, ``ended`` and ``error`` None.
+
+    What the tasks told the launcher while they trained (:mod:`tfdistributed.watch`):
+    ``history`` is the job's training history, ``{metric: [value per epoch]}`` as
+    ``keras.callbacks.History.history`` has it (the chief's, else worker 0's; after restarts
+    the whole run's, each epoch once), ``epochs`` the epochs it covers (0-based); ``workers``
+    one dict per task (``task``, ``steps``, ``examples_per_second``, ``median_step_seconds``,
+    ``wait_seconds``, ``outside_seconds``, ``restarts``, ``straggler``, ``straggler_epochs``);
+    ``stragglers`` the tasks named stragglers.
     """
 
     cluster: dict
@@ -69,6 +77,10 @@ class LaunchResult:
     seconds: float
     restarts: int = 0
     attempts: list = field(default_factory=list)
+    history: dict = field(default_factory=dict)
+    epochs: list = field(default_factory=list)
+    workers: list = field(default_factory=list)
+    stragglers: list = field(default_factory=list)
 
     @property
     def values(self) -> list:

@@ -272,8 +272,9 @@ class LocalJob:
             try:
                 line = self.lines.get_nowait()
             except queue.Empty:
-                return
+                break
             self.relay.send(line)
+        self.relay.tick()
 
     def wait(self, deadline: Deadline) -> None:
         """Supervise until the job is done, or raise (every task then stopped).
@@ -460,7 +461,7 @@ class LocalLauncher:
     def __init__(self, target, workers=2, ps=0, chief=False, *, timeout, max_restarts=0,
                  env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
                  cwd=None, show_all=False, cluster=None, tasks=None, prepare_task=None,
-                 hosts=None, grace=5.0):
+                 hosts=None, grace=5.0, watch=None):
         import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
         self.timeout = check_timeout(timeout)
@@ -472,7 +473,7 @@ class LocalLauncher:
             self.counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
                            bool(chief))
         self.max_restarts = max_restarts
-        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
+        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
         self.target, self.grace = target, grace
         self.hosts = check_hosts(hosts)
         # An explicit cluster is validated once, here; restarts reuse its addresses.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from ..watch import channel
+from ..watch.progress import KERAS_PROGRESS
 from .base import PREEMPTED_EXIT_CODE
 
 # TensorFlow's C++ start-up INFO lines, printed before logging is configured (so
@@ -70,25 +72,45 @@ class Relay:
 
     ``keep`` may run on any thread (the local launcher's readers); ``send`` runs on the calling
     thread, because ``on_output`` may be an R function. ``emit`` does both, for engines that
-    read their tasks' output on the calling thread.
+    read their tasks' output on the calling thread; ``tick`` says what the job's ``watch`` (a
+    :class:`~tfdistributed.watch.collector.JobWatch`) has to say now, and engines call it from
+    their supervising loop.
+
+    The records a task sends on the channel (:mod:`tfdistributed.watch.channel`) go to
+    ``watch``, not to the task's output. While the job's progress display runs, Keras' own
+    progress lines of each task are kept in its output but not streamed (``show_all``
+    streams every line).
     """
 
-    def __init__(self, *, echo: bool = True, on_output=None, show_all: bool = False):
+    def __init__(self, *, echo: bool = True, on_output=None, show_all: bool = False,
+                 watch=None):
         self.echo = echo
         self.on_output = on_output
         self.show_all = show_all
+        self.watch = watch
 
     def keep(self, label: str, raw: str, output: list) -> str | None:
         """Clean ``raw``, append it to ``output``; the line to stream, or None for noise."""
-        line = clean_line(raw)
+        text, record = channel.parse(raw)
+        if record is not None and self.watch is not None:
+            self._watching(self.watch.record, label, record)
+        if text is None:
+            return None
+        line = clean_line(text)
         output.append(line)
-        if self.show_all or not NOISE.match(line):
+        if self.show_all:
             return f"[{label}] {line}"
-        return None
+        if NOISE.match(line) or (self.watch is not None and self.watch.display
+                                 and KERAS_PROGRESS.match(line)):
+            return None
+        return f"[{label}] {line}"
 
     def send(self, line: str) -> None:
         if self.echo:
-            print(line, flush=True)
+            if line.startswith("\r"):
+                print(line, end="", flush=True)
+            else:
+                print(line, flush=True)
         if self.on_output is not None:
             self.on_output(line)
 
@@ -98,3 +120,20 @@ class Relay:
             shown = self.keep(label, raw, output)
             if shown is not None:
                 self.send(shown)
+        self.tick()
+
+    def tick(self) -> None:
+        """Send what the job's watch has to say now (progress, a straggler, a stall)."""
+        for line in self._watching(self.watch.due) if self.watch is not None else ():
+            self.send(line)
+
+    def _watching(self, call, *args):
+        """Watching the job never ends it: a failure of the watch is said once, and the job
+        goes on unwatched."""
+        try:
+            return call(*args) or ()
+        except Exception as e:  # noqa: BLE001
+            self.watch = None
+            self.send(f"[tfdistributed] watching the job failed ({type(e).__name__}: {e}); it "
+                      f"goes on without progress, history or stall reports")
+            return ()

@@ -414,11 +414,11 @@ class RayLauncher:
     def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
                  args=(), on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
                  show_all=False, address=None, ray_options=None, max_restarts=0, max_failures=0,
-                 grace=5.0, poll=0.25):
+                 grace=5.0, poll=0.25, watch=None):
         self.max_restarts = _restarts_asked(max_restarts, max_failures)
         self.ray = _import_ray()
         self.timeout = float(timeout)
-        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
+        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
         self.job_args = (target, workers, ps, chief, args, python, rscript)
         self.address, self.env, self.cwd = address, env, cwd
         self.ray_options, self.grace, self.poll = ray_options, grace, poll

@@ -37,9 +37,12 @@ def run(launcher) -> LaunchResult:
     in use, the timeout, an interrupt) propagates. The timeout counts from the first start.
     """
     restarts = Restarts(launcher.max_restarts, launcher.relay)
+    watch = launcher.relay.watch
     with launcher:
         deadline = Deadline(launcher.timeout, time.monotonic())
         while True:
+            if watch is not None and restarts.attempt:
+                watch.new_attempt(restarts.attempt)
             try:
                 result = attempt(launcher.job(restarts.attempt, deadline), deadline)
             except LaunchError as error:
@@ -49,6 +52,11 @@ def run(launcher) -> LaunchResult:
                 continue
             result.seconds = deadline.elapsed()
             result.restarts, result.attempts = restarts.attempt, restarts.succeeded()
+            if watch is not None:
+                launcher.relay.tick()
+                result.history, result.epochs = watch.history(), watch.epochs()
+                result.workers = watch.workers(result.restarts)
+                result.stragglers = sorted(watch.stragglers)
             return result
 
 

@@ -262,10 +262,10 @@ class SlurmLauncher:
     def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, max_restarts=0,
                  env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
                  cwd=None, show_all=False, directory=None, keep_files=False, partition=None,
-                 sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25):
+                 sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25, watch=None):
         self.timeout = float(timeout)
         self.max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
-        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all)
+        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
         self.roles = layout(workers, ps, chief)
         self.counts = (target, workers, ps, chief)
         self.base = os.path.abspath(cwd or os.getcwd())

@@ -1,0 +1,287 @@
+"""The launcher side of watching a job: its history, its tasks' figures, its progress and stalls.
+
+Every engine's :class:`~tfdistributed.launchers.output.Relay` hands the records its tasks send
+(:mod:`~tfdistributed.watch.channel`) to one :class:`JobWatch` per ``launch()``, from any
+thread; the engine's supervising loop, on the calling thread (where ``on_output`` may be an R
+function), asks it what to say now (:meth:`JobWatch.due`). At the end the result gets:
+
+- ``history``: per epoch, every metric the reporting task (the chief, else worker 0) logged,
+  validation included, as Keras' ``History.history`` has them; after restarts, the whole run's,
+  each epoch once (an epoch trained again by a later attempt is that attempt's);
+- ``workers``: one record per task: steps, examples/s, the median step, the time it spent
+  waiting for the others in a step and its own work (both estimated from when each task begins
+  and ends its steps: the steps end together, so a task that begins them late makes the others
+  wait), restarts, and whether it was a straggler (its own work 1.5x the others' median).
+
+It also names a stall (no step from any task for the stall warning time) with
+:func:`tfdistributed.watch.stall.diagnose`, and a straggler at the end of the epoch it was seen
+in.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from ..errors import ArgumentTypeError
+from . import progress, stall
+
+DEFAULT_STALL_WARNING = 60.0
+STRAGGLER_RATIO = 1.5
+# Below this much extra work a step (seconds), a "straggler" is noise on a busy machine.
+STRAGGLER_FLOOR = 0.005
+_LIVE_EVERY = 1.0
+_STALL_REPEAT = 30.0
+
+
+class _Task:
+    """What one task of the running attempt said last, and its figures over every attempt."""
+
+    def __init__(self):
+        self.beat: dict = {}
+        self.begin: dict = {}
+        self.epochs: dict = {}   # epoch -> figures of this attempt
+        self.steps_before = 0    # steps of earlier attempts
+        self.seconds_before = 0.0
+        self.ended = False
+        self.seen: dict = {}     # all attempts: epoch -> figures
+
+    def steps(self) -> int:
+        return int(self.beat.get("steps") or sum(e.get("steps") or 0 for e in self.epochs.values()))
+
+
+class JobWatch:
+    """One launched job watched, across its attempts (see the module's docstring).
+
+    Args:
+        display: show the job's progress (``"lines"``: a line per epoch; ``"live"``: one line
+            redrawn in a terminal; None: no display).
+        stall_warning: seconds without a step before a stall is named (None: never).
+    """
+
+    def __init__(self, *, display: str | None = "lines", stall_warning: float | None = 60.0):
+        self.display, self.stall_warning = display, stall_warning
+        self.lock = threading.Lock()
+        self.tasks: dict[str, _Task] = {}
+        self.history_by_epoch: dict[int, dict] = {}
+        self.backups: list = []      # (attempt, epoch, step) of each backup written
+        self.attempt = 0
+        self.started = time.monotonic()
+        self.pending: list[str] = []
+        self.stragglers: dict[str, list] = {}
+        self._last_live = 0.0
+        self._stall_said = None
+        self.steps_at_failure: list = []
+
+    # -- records, from any thread ---------------------------------------------------------------
+    def new_attempt(self, attempt: int) -> None:
+        with self.lock:
+            self.steps_at_failure.append(self._steps_now())
+            self.attempt = attempt
+            for task in self.tasks.values():
+                task.steps_before += task.steps()
+                task.beat, task.begin, task.epochs, task.ended = {}, {}, {}, False
+            self._stall_said = None
+
+    def _steps_now(self) -> int:
+        return max((t.steps() for t in self.tasks.values()), default=0)
+
+    def record(self, name: str, record: dict) -> None:
+        kind = record.get("kind")
+        with self.lock:
+            task = self.tasks.setdefault(name, _Task())
+            if kind == "beat":
+                task.beat = record
+            elif kind == "begin":
+                task.begin = record
+            elif kind == "epoch":
+                self._epoch(name, task, record)
+            elif kind == "end":
+                task.ended = True
+                task.beat = dict(task.beat, steps=record.get("steps"), phase="ended",
+                                 in_step=False)
+            elif kind in ("backup", "resume"):
+                self.backups.append((self.attempt, kind, record.get("epoch"), record.get("step")))
+
+    def _reporter(self) -> str | None:
+        names = sorted(self.tasks)
+        for wanted in ("chief 0", "worker 0"):
+            if wanted in names:
+                return wanted
+        return names[0] if names else None
+
+    def _epoch(self, name: str, task: _Task, record: dict) -> None:
+        epoch = int(record["epoch"])
+        task.epochs[epoch] = task.seen[epoch] = record
+        task.beat = dict(task.beat, epoch=epoch, batch=record.get("steps"))
+        if name == self._reporter():
+            self.history_by_epoch[epoch] = dict(record.get("logs") or {})
+            if self.display == "lines":
+                self.pending.append(self._progress_line(name, task, final=True))
+        if all(epoch in t.epochs for t in self.tasks.values() if t.begin):
+            self._check_stragglers(epoch)
+
+    # -- what to say, on the calling thread -----------------------------------------------------
+    def due(self, now: float | None = None) -> list[str]:
+        """Lines to print now: progress, a straggler, a stall."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            lines, self.pending = self.pending, []
+            if self.display == "live" and now - self._last_live >= _LIVE_EVERY:
+                reporter = self._reporter()
+                if reporter and self.tasks[reporter].beat:
+                    self._last_live = now
+                    lines.append("\r" + self._progress_line(reporter, self.tasks[reporter]))
+            said = self._stall(now)
+        return lines + ([said] if said else [])
+
+    def _progress_line(self, name: str, task: _Task, final: bool = False) -> str:
+        beat = task.beat
+        epoch = int(beat.get("epoch") or 0)
+        epochs = beat.get("epochs") or task.begin.get("epochs")
+        steps = beat.get("steps_per_epoch") or task.begin.get("steps_per_epoch")
+        step = beat.get("batch") if not final else (task.epochs.get(epoch) or {}).get("steps")
+        logs = self.history_by_epoch.get(epoch, {}) if final else beat.get("logs") or {}
+        figures = task.epochs.get(epoch) or {}
+        step_seconds = figures.get("step_seconds") or beat.get("step_seconds")
+        per_step = figures.get("examples_per_step") or task.begin.get("examples_per_step")
+        rate = per_step / step_seconds if per_step and step_seconds else None
+        return "[tfdistributed] " + progress.line(
+            epoch=epoch, epochs=epochs, step=step, steps=steps, logs=logs,
+            examples_per_second=rate, elapsed=time.monotonic() - self.started,
+            remaining=progress.remaining(epoch=epoch, epochs=epochs, step=step, steps=steps,
+                                         step_seconds=step_seconds))
+
+    def _stall(self, now: float) -> str | None:
+        if self.stall_warning is None:
+            return None
+        states = {n: t.beat for n, t in self.tasks.items() if t.beat}
+        if len(states) < 2 or all(t.ended for t in self.tasks.values()):
+            return None
+        message = stall.diagnose(states, self.stall_warning)
+        if message is None:
+            self._stall_said = None
+            return None
+        if self._stall_said is not None and now - self._stall_said < _STALL_REPEAT:
+            return None
+        self._stall_said = now
+        return f"[tfdistributed] {message}"
+
+    # -- stragglers -----------------------------------------------------------------------------
+    def _check_stragglers(self, epoch: int) -> None:
+        figures = {n: t.epochs[epoch] for n, t in self.tasks.items() if epoch in t.epochs}
+        for name, why in stragglers(figures).items():
+            self.stragglers.setdefault(name, []).append(epoch)
+            self.pending.append(f"[tfdistributed] {name} is a straggler in epoch {epoch + 1}: "
+                                f"{why}")
+
+    # -- the result -----------------------------------------------------------------------------
+    def history(self) -> dict:
+        """``{metric: [value per epoch]}`` in epoch order, as ``keras.callbacks.History``."""
+        with self.lock:
+            epochs = sorted(self.history_by_epoch)
+            keys = []
+            for e in epochs:
+                keys += [k for k in self.history_by_epoch[e] if k not in keys]
+            return {k: [self.history_by_epoch[e].get(k) for e in epochs] for k in keys}
+
+    def epochs(self) -> list:
+        with self.lock:
+            return sorted(self.history_by_epoch)
+
+    def workers(self, restarts: int) -> list:
+        """One record per task (see the module's docstring)."""
+        with self.lock:
+            rows = []
+            by_task = {n: list(t.seen.values()) for n, t in self.tasks.items()}
+            waits = _waits(by_task)
+            for name in _task_order(self.tasks):
+                task, seen = self.tasks[name], by_task[name]
+                steps = task.steps_before + task.steps()
+                per_step = next((e.get("examples_per_step") for e in seen
+                                 if e.get("examples_per_step")), None)
+                share = per_step / max(1, len(self.tasks)) if per_step else None
+                # The pace of its steps, not its epochs' wall time (tracing, validation).
+                step_s = _median([e.get("step_seconds") for e in seen])
+                rows.append({
+                    "task": name, "steps": steps,
+                    "examples_per_second": share / step_s if share and step_s else None,
+                    "median_step_seconds": step_s, "wait_seconds": waits.get(name),
+                    "outside_seconds": _median([e.get("outside") for e in seen]),
+                    "restarts": restarts, "straggler": name in self.stragglers,
+                    "straggler_epochs": [e + 1 for e in self.stragglers.get(name, [])]})
+            return rows
+
+
+def job_watch(progress, stall_warning, *, echo: bool, on_output) -> JobWatch:
+    """The :class:`JobWatch` of ``launch(progress=, stall_warning=)``, arguments checked."""
+    import sys
+
+    from .._args import as_seconds
+
+    if progress not in (True, False, "lines", "live", None):
+        raise ArgumentTypeError(f"`progress` must be True, False, 'lines' or 'live', got "
+                                f"{progress!r}.")
+    if progress is True:
+        terminal = echo and on_output is None and sys.stdout.isatty()
+        progress = "live" if terminal else "lines"
+    if stall_warning is not None:
+        stall_warning = as_seconds(stall_warning, "stall_warning", minimum=1)
+    return JobWatch(display=progress or None, stall_warning=stall_warning)
+
+
+def task_env(stall_warning, stall_timeout) -> dict:
+    """What every task of a launched job is told: send records, and the stall limits."""
+    from .._args import as_seconds
+    from . import channel, recorder
+
+    if stall_timeout is not None:
+        stall_timeout = as_seconds(stall_timeout, "stall_timeout", minimum=1)
+    return {channel.ENV: "1",
+            recorder.STALL_WARNING_ENV: "0" if stall_warning is None else f"{stall_warning:g}",
+            recorder.STALL_TIMEOUT_ENV: "0" if stall_timeout is None else f"{stall_timeout:g}"}
+
+
+def _task_order(tasks) -> list:
+    order = {"chief": 0, "worker": 1, "ps": 2, "evaluator": 3}
+    return sorted(tasks, key=lambda n: (order.get(n.split()[0], 9), int(n.split()[-1])))
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _waits(by_task: dict) -> dict:
+    """Each task's median time a step waiting for the last task to begin it: the steps end
+    together, so it is its time inside the step beyond the task that spent the least there."""
+    inside = {n: _median([e.get("inside") for e in seen]) for n, seen in by_task.items()}
+    known = [v for v in inside.values() if v is not None]
+    if len(known) < 2:
+        return {}
+    least = min(known)
+    return {n: v - least for n, v in inside.items() if v is not None}
+
+
+def stragglers(figures: dict) -> dict:
+    """``{task: why}`` for the tasks whose own work a step (the step's time less what they
+    waited for the others) is at least :data:`STRAGGLER_RATIO` times the others' median, given
+    each task's figures of one epoch (``step_seconds``, ``inside``)."""
+    waits = _waits({n: [f] for n, f in figures.items()})
+    own = {n: f["step_seconds"] - waits[n] for n, f in figures.items()
+           if f.get("step_seconds") and n in waits}
+    found = {}
+    for name, work in own.items():
+        others = [w for n, w in own.items() if n != name]
+        if not others:
+            continue
+        typical = statistics.median(others)
+        if work >= STRAGGLER_RATIO * typical and work - typical >= STRAGGLER_FLOOR:
+            outside = figures[name].get("outside") or 0.0
+            found[name] = (f"its own work takes {work / typical:.1f}x the others' "
+                           f"({work * 1000:.0f} ms a step against {typical * 1000:.0f} ms; "
+                           f"{outside * 1000:.0f} ms of it outside the step: callbacks, input "
+                           f"served from Python or R, code between steps); the others wait for "
+                           f"it about {(work - typical) * 1000:.0f} ms a step")
+    return found
