@@ -4,9 +4,10 @@
     .venv/bin/python bench/run.py --quick         # smoke test (< 4 min), bench/results-quick.*
     .venv/bin/python bench/run.py --only 6 --out bench/results-generator   # one group only
 
-Group 9, across hosts, is bench/hosts.py (root only), and group 10, self-healing, is
-bench/healing.py: each has its own rounds and report (bench/results-hosts[-quick].md,
-bench/results-healing[-quick].md), so each runs once, as its own process, after the other groups,
+Group 9, across hosts, is bench/hosts.py (root only), group 10, self-healing, is
+bench/healing.py, and group 11, watching a job, is bench/watching.py: each has its own rounds and
+report (bench/results-hosts[-quick].md, bench/results-healing[-quick].md,
+bench/results-watching[-quick].md), so each runs once, as its own process, after the other groups,
 and this report says where its results went or why it failed.
 
 Every measured run is a fresh process (or a fresh local cluster) running bench/workloads.py,
@@ -40,9 +41,11 @@ R_GENERATOR = HERE / "r_generator.R"
 RESULT_TAG = "BENCH_RESULT"
 HOSTS_GROUP = "9. Across hosts (bench/hosts.py)"
 HEALING_GROUP = "10. Self-healing (bench/healing.py)"
+WATCHING_GROUP = "11. Watching a job (bench/watching.py)"
 # Standalone groups: (title, script, report prefix), each run once as its own process.
 STANDALONE = ((HOSTS_GROUP, "hosts.py", "results-hosts"),
-              (HEALING_GROUP, "healing.py", "results-healing"))
+              (HEALING_GROUP, "healing.py", "results-healing"),
+              (WATCHING_GROUP, "watching.py", "results-watching"))
 
 
 @dataclass(frozen=True)

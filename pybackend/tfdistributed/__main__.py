@@ -35,6 +35,13 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
                    help="where the tasks run (default: local processes on 127.0.0.1)")
     p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
+    p.add_argument("--stall-warning", type=float, default=60.0,
+                   help="seconds without a step before the stalled task is named (default 60)")
+    p.add_argument("--stall-timeout", type=float, default=None,
+                   help="seconds without a step after which the job ends (to be restarted)")
+    p.add_argument("--tensorboard", default=None, help="a directory for the job's curves")
+    p.add_argument("--no-progress", action="store_true",
+                   help="stream each task's own Keras progress instead of the job's display")
     p.add_argument("script", help="the .py or .R training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     sub.add_parser("server", help="serve this process's TF_CONFIG task (worker/ps of a PS cluster)")
@@ -63,7 +70,9 @@ def main(argv=None) -> int:
     try:
         result = launch(ns.script, workers=ns.workers, ps=ns.ps, chief=ns.chief, args=ns.args,
                         timeout=ns.timeout or DEFAULT_TIMEOUT, max_restarts=ns.max_restarts,
-                        backend=ns.backend, **options)
+                        backend=ns.backend, stall_warning=ns.stall_warning,
+                        stall_timeout=ns.stall_timeout, tensorboard=ns.tensorboard,
+                        progress=not ns.no_progress, **options)
     except TFDistributedError as e:
         print(f"tfdistributed: {e}", file=sys.stderr)
         return 1
@@ -71,6 +80,11 @@ def main(argv=None) -> int:
     restarted = f" after {result.restarts} restart(s)" if result.restarts else ""
     print(f"tfdistributed: all tasks finished in {result.seconds:.1f} s{restarted} ({names})",
           file=sys.stderr)
+    for row in result.workers:
+        rate = row["examples_per_second"]
+        print(f"tfdistributed: {row['task']}: {row['steps']} steps"
+              + (f", {rate:,.0f} examples/s" if rate else "")
+              + (" (straggler)" if row["straggler"] else ""), file=sys.stderr)
     return 0
 
 

@@ -33,6 +33,7 @@ import threading
 
 from .launchers.base import PREEMPTED_EXIT_CODE
 from .cluster import is_checkpoint_writer, read_tf_config
+from .watch import recorder
 from .errors import TrainingError
 
 
@@ -211,6 +212,9 @@ def _backup_and_restore_class():
             if self.resume_at is not None:
                 self.model._initial_epoch, self._skip_until = self.resume_at
                 _skip_trained_steps(self.model, self._skip_until)
+            resumed = getattr(self.model, "_initial_epoch", None) or 0
+            if resumed or self._skip_until:
+                recorder.note("resume", resumed, self._skip_until, (self.params or {}).get("steps"))
 
         def on_epoch_begin(self, epoch, logs=None):
             # Keras counts the epoch it writes in its metadata from 0 in every fit() and moves it
@@ -262,6 +266,9 @@ def _write_backup(callback) -> None:
         json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
                    "steps_done": callback._steps_done}, f)
     os.replace(callback._training_metadata_path + ".saving", callback._training_metadata_path)
+    # Counted from the epoch's start; an epoch-end backup is the next epoch's step 0.
+    recorder.note("backup", callback._current_epoch, callback._steps_done,
+                  (callback.params or {}).get("steps"))
 
 
 def _stop_if_preempted(callback) -> None:

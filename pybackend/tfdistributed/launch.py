@@ -35,7 +35,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
            env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
            rscript="Rscript", cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False,
            backend="local", progress=True, stall_warning=DEFAULT_STALL_WARNING,
-           stall_timeout=None, **backend_options):
+           stall_timeout=None, tensorboard=None, **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
@@ -101,6 +101,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         stall_timeout: seconds without a step after which every task ends with exit status 76
             (``tfdistributed.watch.recorder.STALLED_EXIT_CODE``), so that ``max_restarts``
             restarts the job; default ``None``: a stall is named, not ended.
+        tensorboard: a directory for the job's TensorBoard event files, written by the
+            launcher alone as the job runs: the history's scalars (``train/``,
+            ``validation/``), each task's examples/s and the restarts (``job/``).
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
             :func:`tfdistributed.launchers.slurm.launch_slurm`) or ``"ray"`` (Ray actors:
             :func:`tfdistributed.launchers.ray.launch_ray`).
@@ -136,7 +139,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         1
     """
     max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
-    watch = job_watch(progress, stall_warning, echo=echo, on_output=on_output)
+    watch = job_watch(progress, stall_warning, echo=echo, on_output=on_output,
+                      tensorboard=tensorboard)
     env = {**task_env(watch.stall_warning, stall_timeout), **(env or {})}
     common = dict(timeout=timeout, max_restarts=max_restarts, env=env, args=args,
                   on_output=on_output, echo=echo, python=python, rscript=rscript, cwd=cwd,

@@ -26,7 +26,7 @@ from .checkpoints import safe_callbacks
 from .data import check_dataset
 from .repairs import Repair
 from .repairs.common import source
-from .watch.recorder import examples_per_step, recorder_for
+from .watch.recorder import examples_per_step, recorder_for, telling_failure
 
 
 def strategy_aware_fit(fit_from_keras: Callable, evaluate_from_keras: Callable,
@@ -62,7 +62,8 @@ def route(trainer, routes: dict) -> None:
         given["callbacks"] = recorder_for(self, _safe(given.get("callbacks")),
                                           examples_per_step(given.get("x"),
                                                             given.get("batch_size")))
-        return originals["fit"](*bound.args, **bound.kwargs)
+        with telling_failure():
+            return originals["fit"](*bound.args, **bound.kwargs)
 
     def evaluate(self, *args, **kwargs):
         check_keras_call(originals["evaluate"], self, args, kwargs)

@@ -21,7 +21,7 @@ from .cluster import is_chief
 from .data import plan_input
 from .errors import ArgumentTypeError, TrainingError
 from .strategies import strategy_info, strategy_kind
-from .watch.recorder import examples_per_step, recorder_for
+from .watch.recorder import examples_per_step, recorder_for, telling_failure
 
 
 def model_strategy(model):
@@ -211,7 +211,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                              "needs arrays (x, y), no steps_per_epoch, and a steps_per_execution "
                              "that divides the batches of an epoch")
         dataset = _resume_mid_epoch(dataset, backup, backup_dir, steps_per_epoch)
-    with strategy.scope(), checkpoints.watching_preemption(backup), _peer_lost(placement):
+    with strategy.scope(), checkpoints.watching_preemption(backup), _peer_lost(placement), \
+            telling_failure():
         return compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,

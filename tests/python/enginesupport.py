@@ -38,6 +38,20 @@ def assert_identical_weights(outdir, names=("worker-0", "worker-1")) -> list:
     return first
 
 
+def assert_history_and_figures_came_back(result, lines, outdir, epochs=2) -> None:
+    """What the tasks told the launcher while they trained (tfdistributed.watch), on any engine:
+    the chief's own fit history, each task's figures, one progress line per epoch."""
+    import json
+
+    with open(Path(outdir) / "worker-0.json") as f:
+        own = json.load(f)["history"]
+    assert result.history == own and result.epochs == list(range(epochs))
+    assert [r["task"] for r in result.workers] == ["worker 0", "worker 1"]
+    assert all(r["examples_per_second"] > 0 and r["steps"] > 0 for r in result.workers)
+    progress = [ln for ln in lines if ln.startswith("[tfdistributed] epoch")]
+    assert len(progress) == epochs, lines
+
+
 def processes_running(marker: str) -> list:
     """Live processes whose command line mentions ``marker`` (zombies are already gone)."""
     found = []

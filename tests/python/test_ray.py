@@ -15,7 +15,8 @@ import pytest
 import tfdistributed as tfd
 from tfdistributed import LaunchError, LaunchTimeoutError
 
-from enginesupport import SCRIPTS, assert_identical_weights, processes_running
+from enginesupport import (SCRIPTS, assert_history_and_figures_came_back, assert_identical_weights,
+                           processes_running)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -48,6 +49,7 @@ def test_python_script_two_workers_identical_weights(ray_cluster, tmp_path):
                         on_output=lines.append)
     assert [(t.name, t.returncode) for t in result.tasks] == [("worker 0", 0), ("worker 1", 0)]
     assert any(line.startswith("[worker 1] done:") for line in lines)
+    assert_history_and_figures_came_back(result, lines, tmp_path)
     assert_identical_weights(tmp_path)
 
 

@@ -57,8 +57,10 @@ def test_a_killed_task_restarts_the_whole_job_with_new_ports(tmp_path):
     assert [t.output for t in result.tasks] == [["finished on attempt 1"]] * 2
     assert logged == ["0-0", "0-1", "1-0", "1-1"]
     first, second = result.attempts
+    # Where the job was when it failed (the flaky task trains nothing: it never began).
     assert first == {"attempt": 0, "task": "worker 1", "ended": "was killed by signal 9",
-                     "error": "", "preempted": False}
+                     "error": "", "preempted": False, "started": False, "at": None,
+                     "backup": None}
     assert second == {"attempt": 1, "task": None, "ended": None, "error": None, "preempted": False}
     announced = [ln for ln in lines if ln.startswith("[tfdistributed]")]
     assert announced == ["[tfdistributed] worker 1 was killed by signal 9 on attempt 1 of 3 "
@@ -92,10 +94,11 @@ def test_the_same_failure_twice_is_a_bug_and_ends_the_job(tmp_path):
     error, lines, logged = flaky(tmp_path, "same", 5, max_restarts=5)
     assert type(error) is tfd.LaunchError and logged == ["0-0", "0-1", "1-0", "1-1"]
     assert "Task worker 1 failed the same way on attempts 1 and 2 (exited with status 1: " \
-           "RuntimeError: always this): that is a bug" in str(error)
-    assert lines[-1] == ("[tfdistributed] worker 1 exited with status 1 on attempt 2 of 6 with "
-                         "the same error as on the attempt before: a bug, not bad luck; the job "
-                         "is not restarted again")
+           "RuntimeError: always this), before training began both times (it cannot start): " \
+           "that is a bug" in str(error)
+    assert lines[-1] == ("[tfdistributed] worker 1 exited with status 1 on attempt 2 of 6, the "
+                         "same way as on the attempt before, before training began both times "
+                         "(it cannot start): a bug, not bad luck; the job is not restarted again")
 
 
 def test_without_restarts_the_first_failure_ends_the_job(tmp_path):
@@ -105,6 +108,7 @@ def test_without_restarts_the_first_failure_ends_the_job(tmp_path):
     assert logged == ["0-0", "1-0"] and not any(ln.startswith("[tfdistributed]") for ln in lines)
     assert "Task worker 1 exited with status 1" in str(error)
     assert error.attempts == [{"attempt": 0, "task": "worker 1", "ended": "exited with status 1",
+                               "started": False, "at": None, "backup": None,
                                "error": "RuntimeError: bad luck 0", "preempted": False}]
 
 
@@ -228,6 +232,69 @@ def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, u
     for task in ("worker-0", "worker-1"):
         assert_same_weights(report(outdir, task)["weights"], uninterrupted["weights"])
     assert not backup.exists()
+
+
+def kill_steps(count: int, rng=None) -> list:
+    """``count`` steps to kill worker 1 at, one per attempt, drawn at random, each at least one
+    backup after the one before (so that the job progresses between two kills), none at a
+    backup step (killed just after a backup, the job would resume past the kill)."""
+    rng = rng or random.Random()
+    steps, low = [], SAVE_FREQ + 1
+    for n in range(count):
+        high = STEPS - 2 - (count - n - 1) * (SAVE_FREQ + 2)
+        step = rng.randrange(low, high)
+        while step % SAVE_FREQ == 0:
+            step = rng.randrange(low, high)
+        steps.append(step)
+        low = (step // SAVE_FREQ + 1) * SAVE_FREQ + 1
+    print("kill steps drawn:", steps)
+    return steps
+
+
+def test_the_same_worker_killed_on_consecutive_attempts_after_progress_heals(tmp_path,
+                                                                            uninterrupted):
+    # The same task, the same end ("killed by signal 9", no output) three times in a row: bad
+    # luck, not a bug, because the backup advanced between the kills.
+    steps = kill_steps(3)
+    outdir, backup = tmp_path / "out", tmp_path / "backup"
+    lines = []
+    result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
+                 "--stop-at", ",".join(map(str, steps)), max_restarts=5, on_output=lines.append,
+                 timeout=600)
+    assert result.restarts == 3, steps
+    assert [a["task"] for a in result.attempts[:3]] == ["worker 1"] * 3, steps
+    assert {a["ended"] for a in result.attempts[:3]} == {"was killed by signal 9"}
+    said = [ln for ln in lines if ln.startswith("[tfdistributed] worker 1 was killed")]
+    assert len(said) == 3 and all(ln.endswith("restarting the job") for ln in said), said
+    # Each restart says what the job achieved since the failure before.
+    for before, after, line in zip(steps, steps[1:], said[1:]):
+        backed_up = after // SAVE_FREQ * SAVE_FREQ
+        assert f"the backup advanced {backed_up - before // SAVE_FREQ * SAVE_FREQ} steps since " \
+               f"the last failure (to step {backed_up})" in line, (steps, line)
+    for task in ("worker-0", "worker-1"):
+        assert_same_weights(report(outdir, task)["weights"], uninterrupted["weights"])
+
+
+@pytest.mark.parametrize("how", ["RAISE", "KILL"])
+def test_the_same_failure_at_the_same_step_with_no_progress_is_a_bug(tmp_path, how):
+    # An exception, or an OOM-like kill, at the same step on every attempt: the backup cannot
+    # get past it, and the job ends after the second attempt, naming the step.
+    step = kill_steps(1)[0]
+    print("failing step drawn:", step)
+    outdir, backup = tmp_path / "out", tmp_path / "backup"
+    with pytest.raises(tfd.LaunchError) as info:
+        job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup), "--stop-at", str(step),
+            "--every-attempt", "--signal", how, max_restarts=5)
+    assert len(info.value.attempts) == 2, (step, info.value.attempts)
+    message = str(info.value)
+    backed_up = step // SAVE_FREQ * SAVE_FREQ
+    assert f"with no progress in between (the backup stayed at step {backed_up})" in message, \
+        (step, message)
+    if how == "RAISE":  # an exception says exactly where it was raised
+        assert f"at step {step} and at step {step}" in message, (step, message)
+        assert f"RuntimeError: a bug at step {step}" in message
+    else:
+        assert "killed by signal 9" in message
 
 
 def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tmp_path,

@@ -18,7 +18,8 @@ import tfdistributed as tfd
 from tfdistributed import ClusterConfigError, LaunchError, LaunchTimeoutError
 from tfdistributed.slurm import tf_config_from_slurm
 
-from enginesupport import SCRIPTS, assert_identical_weights, processes_running, r_env
+from enginesupport import (SCRIPTS, assert_history_and_figures_came_back, assert_identical_weights,
+                           processes_running, r_env)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -115,6 +116,7 @@ def test_launch_python_script_two_workers_identical_weights(slurm_cluster, tmp_p
                         on_output=lines.append)
     assert [(t.name, t.returncode) for t in result.tasks] == [("worker 0", 0), ("worker 1", 0)]
     assert any(line.startswith("[worker 1] done:") for line in lines)
+    assert_history_and_figures_came_back(result, lines, tmp_path)
     assert any(line.startswith("done:") for line in result.task("worker", 0).output)
     assert_identical_weights(tmp_path)
 

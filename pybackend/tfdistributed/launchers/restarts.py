@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import LaunchError
+from ..errors import LaunchError, LaunchTimeoutError
 from .base import PREEMPTED_EXIT_CODE, Deadline, Job, LaunchResult
 from .output import Relay, error_line, how_it_ended
 
@@ -45,8 +45,14 @@ def run(launcher) -> LaunchResult:
                 watch.new_attempt(restarts.attempt)
             try:
                 result = attempt(launcher.job(restarts.attempt, deadline), deadline)
+            except LaunchTimeoutError as error:
+                stalled = watch.last_stall if watch is not None else None
+                if not stalled:
+                    raise
+                raise LaunchTimeoutError(f"{error} The job had stalled: {stalled}",
+                                         error.results, attempts=error.attempts) from None
             except LaunchError as error:
-                if error.failure is None:  # not a task's failure: a port in use, the timeout...
+                if error.failure is None:  # not a task's failure: a port in use...
                     raise
                 restarts.failed(error)
                 continue
@@ -91,17 +97,20 @@ class Restarts:
 
     def failed(self, error: LaunchError) -> None:
         """Record the running attempt's failure, then announce the restart or raise."""
-        failure = dict(attempt=self.attempt, **error.failure)
+        watch = self.relay.watch
+        point = watch.failure_point(error.failure["task"]) if watch is not None else {}
+        failure = dict(attempt=self.attempt, **error.failure, **point)
         self.attempts.append(failure)
         if self.max_restarts == 0:
             error.attempts = self.attempts
             raise error
         of = f"attempt {self.attempt} of {self.max_restarts + 1}"
         said = f"{failure['task']} {failure['ended']} on {of}"
-        if self._repeated():
-            self.relay.send(f"[tfdistributed] {said} with the same error as on the attempt "
-                            f"before: a bug, not bad luck; the job is not restarted again")
-            raise LaunchError(_repeated_message(self.attempts, error), error.results,
+        bug = self._bug()
+        if bug:
+            self.relay.send(f"[tfdistributed] {said}, the same way as on the attempt before, "
+                            f"{bug}: a bug, not bad luck; the job is not restarted again")
+            raise LaunchError(_repeated_message(self.attempts, error, bug), error.results,
                               failure=error.failure,
                               attempts=self.attempts)
         if self.attempt > self.max_restarts:
@@ -109,19 +118,65 @@ class Restarts:
                               failure=error.failure,
                               attempts=self.attempts)
         self.relay.send(f"[tfdistributed] {said} ({failure['error'] or 'no output'}); "
-                        f"restarting the job")
+                        f"{_progress(self.attempts)}restarting the job")
 
-    def _repeated(self) -> bool:
+    def _bug(self) -> str | None:
+        """Why the last two failures are one bug (None if they may be bad luck): the same task
+        failed the same way (same end, same error line) and the job made no progress between
+        them (:func:`_no_progress`). A job that advanced is restarted, whatever its failures
+        look like: a flaky node or an OOM-prone host fails the same way every time."""
         if len(self.attempts) < 2 or self.attempts[-1]["preempted"]:
-            return False
-        keys = ("task", "ended", "error")
-        return all(self.attempts[-1][k] == self.attempts[-2][k] for k in keys)
+            return None
+        last, before = self.attempts[-1], self.attempts[-2]
+        if any(last[k] != before[k] for k in ("task", "ended", "error")):
+            return None
+        return _no_progress(before, last)
 
     def succeeded(self) -> list:
         """Every attempt, the running one (which succeeded) last."""
         self.attempts.append({"attempt": self.attempt, "task": None, "ended": None,
                               "error": None, "preempted": False})
         return self.attempts
+
+
+def _no_progress(before: dict, last: dict) -> str | None:
+    """How two failures show that nothing moved between them, or None if something did (or
+    it cannot be told: a job whose tasks report no training is only counted, as torchrun
+    counts restarts).
+
+    - The failing task died before it began training, both times: it cannot start.
+    - With backups (``fit(backup_dir=...)``): the backup did not advance between them.
+    - Without: training failed at the same step both times (each attempt starts over).
+    """
+    if "started" not in before or "started" not in last:  # the engine watched no training
+        return "(whether the job progressed in between was not watched)"
+    if not last["started"] and not before["started"]:
+        return "before training began both times (it cannot start)"
+    if last["backup"] is not None or before["backup"] is not None:
+        if last["backup"] == before["backup"]:
+            where = (f"at step {before['at']} and at step {last['at']}, "
+                     if last["at"] is not None and before["at"] is not None else "")
+            return (f"{where}with no progress in between (the backup stayed at step "
+                    f"{last['backup']})")
+        return None
+    if last["at"] is not None and last["at"] == before["at"]:
+        return f"at the same step both times (step {last['at']}), with no backup in between"
+    return None
+
+
+def _progress(attempts: list) -> str:
+    """What the job achieved since the failure before (for a restart's announcement)."""
+    last = attempts[-1]
+    if len(attempts) < 2 or "started" not in last:
+        return ""
+    before = attempts[-2]
+    if last["backup"] is not None:
+        since = last["backup"] - (before.get("backup") or 0)
+        return (f"the backup advanced {since} steps since the last failure (to step "
+                f"{last['backup']}); ")
+    if last["at"] is not None and before["at"] is not None:
+        return f"it reached step {last['at']} (step {before['at']} at the last failure); "
+    return ""
 
 
 def _attempts_list(attempts: list) -> str:
@@ -136,10 +191,10 @@ def _every_attempt_message(attempts: list, last: LaunchError) -> str:
             f"a larger max_restarts. The last failure: {last}")
 
 
-def _repeated_message(attempts: list, last: LaunchError) -> str:
+def _repeated_message(attempts: list, last: LaunchError, why: str) -> str:
     failure = attempts[-1]
     return (f"Task {failure['task']} failed the same way on attempts {len(attempts) - 1} and "
-            f"{len(attempts)} ({failure['ended']}: {failure['error'] or 'no output'}): that is "
-            f"a bug in the job, not bad luck, so it was not restarted again. Fix the error; "
-            f"restarts only help against lost machines and preemptions. Attempts: "
+            f"{len(attempts)} ({failure['ended']}: {failure['error'] or 'no output'}), {why}: "
+            f"that is a bug in the job, not bad luck, so it was not restarted again. Fix the "
+            f"error; restarts only help against lost machines and preemptions. Attempts: "
             f"{_attempts_list(attempts)}. The last failure: {last}")

@@ -20,12 +20,14 @@ in.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
 
 from ..errors import ArgumentTypeError
 from . import progress, stall
+from .tensorboard import TensorBoardLog, epoch_events, task_events
 
 DEFAULT_STALL_WARNING = 60.0
 STRAGGLER_RATIO = 1.5
@@ -60,8 +62,11 @@ class JobWatch:
         stall_warning: seconds without a step before a stall is named (None: never).
     """
 
-    def __init__(self, *, display: str | None = "lines", stall_warning: float | None = 60.0):
+    def __init__(self, *, display: str | None = "lines", stall_warning: float | None = 60.0,
+                 tensorboard=None):
         self.display, self.stall_warning = display, stall_warning
+        self.board = None if tensorboard is None else TensorBoardLog(tensorboard)
+        self.events: list = []  # for the board, written on the calling thread
         self.lock = threading.Lock()
         self.tasks: dict[str, _Task] = {}
         self.history_by_epoch: dict[int, dict] = {}
@@ -72,20 +77,17 @@ class JobWatch:
         self.stragglers: dict[str, list] = {}
         self._last_live = 0.0
         self._stall_said = None
-        self.steps_at_failure: list = []
+        self.last_stall: str | None = None  # the last stall named, for a timeout's message
 
     # -- records, from any thread ---------------------------------------------------------------
     def new_attempt(self, attempt: int) -> None:
         with self.lock:
-            self.steps_at_failure.append(self._steps_now())
             self.attempt = attempt
+            self.events.append(("job", "restarts", attempt, attempt))
             for task in self.tasks.values():
                 task.steps_before += task.steps()
                 task.beat, task.begin, task.epochs, task.ended = {}, {}, {}, False
-            self._stall_said = None
-
-    def _steps_now(self) -> int:
-        return max((t.steps() for t in self.tasks.values()), default=0)
+            self._stall_said = self.last_stall = None
 
     def record(self, name: str, record: dict) -> None:
         kind = record.get("kind")
@@ -102,7 +104,23 @@ class JobWatch:
                 task.beat = dict(task.beat, steps=record.get("steps"), phase="ended",
                                  in_step=False)
             elif kind in ("backup", "resume"):
-                self.backups.append((self.attempt, kind, record.get("epoch"), record.get("step")))
+                self.backups.append(dict(record, attempt=self.attempt))
+            elif kind == "failed":
+                task.beat = dict(record, kind="beat")
+
+    def failure_point(self, name: str) -> dict:
+        """Where the running attempt was when task ``name`` failed, for the restart policy:
+        ``started`` (whether that task began training), ``at`` (the furthest point of training
+        any task reported, in steps from the start: exact for an exception, within a few
+        seconds for a kill; None if unknown) and ``backup`` (the point the last backup holds,
+        written or resumed from in any attempt; None without backups)."""
+        with self.lock:
+            task = self.tasks.get(name)
+            points = [t.beat.get("position") for t in self.tasks.values()
+                      if t.beat.get("position") is not None]
+            backups = [b["position"] for b in self.backups if b.get("position") is not None]
+            return {"started": bool(task and task.begin), "at": max(points, default=None),
+                    "backup": backups[-1] if backups else None}
 
     def _reporter(self) -> str | None:
         names = sorted(self.tasks)
@@ -115,8 +133,10 @@ class JobWatch:
         epoch = int(record["epoch"])
         task.epochs[epoch] = task.seen[epoch] = record
         task.beat = dict(task.beat, epoch=epoch, batch=record.get("steps"))
+        self.events += task_events(name, epoch, record, len(self.tasks))
         if name == self._reporter():
             self.history_by_epoch[epoch] = dict(record.get("logs") or {})
+            self.events += epoch_events(epoch, self.history_by_epoch[epoch])
             if self.display == "lines":
                 self.pending.append(self._progress_line(name, task, final=True))
         if all(epoch in t.epochs for t in self.tasks.values() if t.begin):
@@ -134,6 +154,9 @@ class JobWatch:
                     self._last_live = now
                     lines.append("\r" + self._progress_line(reporter, self.tasks[reporter]))
             said = self._stall(now)
+            events, self.events = self.events, []
+        if self.board is not None and events:
+            self.board.write(events)
         return lines + ([said] if said else [])
 
     def _progress_line(self, name: str, task: _Task, final: bool = False) -> str:
@@ -161,11 +184,11 @@ class JobWatch:
             return None
         message = stall.diagnose(states, self.stall_warning)
         if message is None:
-            self._stall_said = None
+            self._stall_said = self.last_stall = None
             return None
         if self._stall_said is not None and now - self._stall_said < _STALL_REPEAT:
             return None
-        self._stall_said = now
+        self._stall_said, self.last_stall = now, message
         return f"[tfdistributed] {message}"
 
     # -- stragglers -----------------------------------------------------------------------------
@@ -214,8 +237,9 @@ class JobWatch:
             return rows
 
 
-def job_watch(progress, stall_warning, *, echo: bool, on_output) -> JobWatch:
-    """The :class:`JobWatch` of ``launch(progress=, stall_warning=)``, arguments checked."""
+def job_watch(progress, stall_warning, *, echo: bool, on_output, tensorboard=None) -> JobWatch:
+    """The :class:`JobWatch` of ``launch(progress=, stall_warning=, tensorboard=)``, arguments
+    checked."""
     import sys
 
     from .._args import as_seconds
@@ -228,7 +252,10 @@ def job_watch(progress, stall_warning, *, echo: bool, on_output) -> JobWatch:
         progress = "live" if terminal else "lines"
     if stall_warning is not None:
         stall_warning = as_seconds(stall_warning, "stall_warning", minimum=1)
-    return JobWatch(display=progress or None, stall_warning=stall_warning)
+    if tensorboard is not None and not isinstance(tensorboard, (str, os.PathLike)):
+        raise ArgumentTypeError(f"`tensorboard` must be a directory path, got {tensorboard!r}.")
+    return JobWatch(display=progress or None, stall_warning=stall_warning,
+                    tensorboard=tensorboard)
 
 
 def task_env(stall_warning, stall_timeout) -> dict:

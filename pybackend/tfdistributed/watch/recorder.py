@@ -24,6 +24,7 @@ switches it all off. A task that has made no step for ``TFDISTRIBUTED_STALL_TIME
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -77,6 +78,7 @@ class TaskState:
         now = time.monotonic()
         with self.lock:
             return {"phase": self.phase, "epoch": self.epoch, "batch": self.batch,
+                    "position": position(self.epoch, self.batch, self.steps_per_epoch),
                     "steps": self.steps, "epochs": self.epochs,
                     "steps_per_epoch": self.steps_per_epoch, "in_step": self.in_step,
                     "idle": round(now - self.last_progress, 3), "started": self.first_done,
@@ -85,6 +87,14 @@ class TaskState:
 
 
 STATE = TaskState()
+
+
+def position(epoch, step, steps_per_epoch) -> int | None:
+    """A point of training as one number: the steps before it (None if an epoch's length is
+    unknown)."""
+    if not steps_per_epoch:
+        return None
+    return int(epoch) * int(steps_per_epoch) + int(step)
 
 
 def _median(values):
@@ -221,10 +231,24 @@ def _train_end(self, logs=None):
         channel.send("end", steps=STATE.steps)
 
 
-def note(kind: str, **fields) -> None:
-    """Tell the launcher of an event of the job (``backup``, ``resume``), if one listens."""
+def note(kind: str, epoch: int, step: int, steps_per_epoch=None) -> None:
+    """Tell the launcher that a backup of training at ``(epoch, step)`` was written
+    (``kind="backup"``) or that training resumed from one (``"resume"``), if one listens."""
     if channel.enabled():
-        channel.send(kind, **fields)
+        channel.send(kind, epoch=epoch, step=step,
+                     position=position(epoch, step, steps_per_epoch or STATE.steps_per_epoch))
+
+
+@contextlib.contextmanager
+def telling_failure():
+    """Around a ``fit``: if it raises, tell the launcher where training was (the exact step,
+    which the restart policy compares between attempts)."""
+    try:
+        yield
+    except BaseException:
+        if channel.enabled() and STATE.phase != "idle":
+            channel.send("failed", **STATE.snapshot())
+        raise
 
 
 def recorder_for(model, callbacks, examples_per_step=None) -> list:

@@ -1,11 +1,13 @@
 """One task of a job that is interrupted and restarted (run by tfdistributed.launch).
 
 usage: self_healing.py OUTDIR [--epochs N] [--save-freq N] [--backup DIR] [--stop-at STEP]
-                       [--signal KILL|TERM] [--examples N]
+                       [--signal KILL|TERM|RAISE] [--examples N] [--every-attempt]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history, epochs, steps), and appends
 "<attempt> <step>" to OUTDIR/<task>-<index>.steps for every step it trains.
 --stop-at K: on the first attempt, worker 1 sends itself SIG<signal> once it has trained K
-steps (a machine lost, or a preemption notice, at a step the test chose).
+steps (a machine lost, or a preemption notice, at a step the test chose); RAISE raises a
+RuntimeError there instead (a bug). K0,K1,...: on attempt a, at step K_a (-1: none).
+--every-attempt: at step K on every attempt (a bug, or an OOM kill, that comes back).
 """
 
 import argparse
@@ -21,7 +23,8 @@ parser.add_argument("outdir")
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--save-freq", default="epoch")
 parser.add_argument("--backup")
-parser.add_argument("--stop-at", type=int)
+parser.add_argument("--stop-at", type=lambda v: [int(k) for k in v.split(",")])
+parser.add_argument("--every-attempt", action="store_true")
 parser.add_argument("--signal", default="KILL")
 parser.add_argument("--examples", type=int)
 ns = parser.parse_args()
@@ -54,9 +57,20 @@ class Steps(keras.callbacks.Callback):
         self.last = step
         with open(os.path.join(ns.outdir, name + ".steps"), "a") as f:
             f.write(f"{attempt} {step}\n")
-        if step == ns.stop_at and attempt == "0" and name == "worker-1":
+        if step == stop_at() and name == "worker-1":
+            if ns.signal == "RAISE":
+                raise RuntimeError(f"a bug at step {step}")
             print(f"sending myself SIG{ns.signal} after step {step}", flush=True)
             os.kill(os.getpid(), getattr(signal, "SIG" + ns.signal))
+
+
+def stop_at():
+    """The step at which worker 1 stops on this attempt (None: it does not)."""
+    if not ns.stop_at:
+        return None
+    if ns.every_attempt:
+        return ns.stop_at[0]
+    return ns.stop_at[int(attempt)] if int(attempt) < len(ns.stop_at) else None
 
 
 model = digits_model(strategy, seed=1, learning_rate=0.01)
