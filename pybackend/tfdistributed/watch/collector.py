@@ -48,6 +48,7 @@ class _Task:
         self.seconds_before = 0.0
         self.ended = False
         self.seen: dict = {}     # all attempts: epoch -> figures
+        self.beat_at = time.monotonic()  # when its last beat came
 
     def steps(self) -> int:
         return int(self.beat.get("steps") or sum(e.get("steps") or 0 for e in self.epochs.values()))
@@ -94,7 +95,7 @@ class JobWatch:
         with self.lock:
             task = self.tasks.setdefault(name, _Task())
             if kind == "beat":
-                task.beat = record
+                task.beat, task.beat_at = record, time.monotonic()
             elif kind == "begin":
                 task.begin = record
             elif kind == "epoch":
@@ -179,7 +180,9 @@ class JobWatch:
     def _stall(self, now: float) -> str | None:
         if self.stall_warning is None:
             return None
-        states = {n: t.beat for n, t in self.tasks.items() if t.beat}
+        # Aged to now: a task whose beats stopped (its Python blocked) is still idle, and silent.
+        states = {n: dict(t.beat, idle=t.beat.get("idle", 0.0) + now - t.beat_at,
+                          silent=now - t.beat_at) for n, t in self.tasks.items() if t.beat}
         if len(states) < 2 or all(t.ended for t in self.tasks.values()):
             return None
         message = stall.diagnose(states, self.stall_warning)

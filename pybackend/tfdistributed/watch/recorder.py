@@ -354,7 +354,7 @@ class Heartbeat:
             print(f"[tfdistributed] {message}", file=sys.stderr, flush=True)
 
     def _end(self, state) -> None:
-        print(f"[tfdistributed] StallError: no step for {state['idle']:.0f} s (the stall "
+        print(f"StallError: no step for {state['idle']:.0f} s (the stall "
               f"timeout is {self.timeout:g} s, {STALL_TIMEOUT_ENV}); this task ends so that the "
               f"job can be restarted.", file=sys.stderr, flush=True)
         os._exit(STALLED_EXIT_CODE)

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import sysconfig
 import threading
 import time
 
+# Seconds without a record after which a task is said to be silent (it beats every 2 s).
+SILENT = 20.0
 _LIBRARY = tuple(os.path.realpath(p) + os.sep for p in {
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
     sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
@@ -56,6 +59,25 @@ def _innermost_user(frame) -> str | None:
     return None
 
 
+_HOOK = re.compile(r"^_?(on_\w+)$")
+
+
+def _training_thread_at(frame) -> str | None:
+    """The innermost place of the training thread worth naming: a frame of user code, or a
+    callback hook (``"a callback's on_train_batch_end, in R code"``: a Keras callback calling R
+    through reticulate, whose R frames Python cannot see), whichever is innermost."""
+    in_r = False
+    while frame is not None:
+        in_r = in_r or "rpytools" in frame.f_code.co_filename
+        if _is_user(frame.f_code.co_filename):
+            return _frame_text(frame)
+        hook = _HOOK.match(frame.f_code.co_name)
+        if hook:
+            return f"a callback's {hook.group(1)}" + (", in R code" if in_r else "")
+        frame = frame.f_back
+    return None
+
+
 def where(main_ident: int) -> dict:
     """Where this process is: the training thread's innermost frame of user code (None when it
     is in library code only, e.g. waiting inside a step), its stack, and the other threads
@@ -64,7 +86,7 @@ def where(main_ident: int) -> dict:
     frames.pop(threading.get_ident(), None)  # the watcher itself
     main = frames.pop(main_ident, None)
     busy = [at for at in (_innermost_user(f) for f in frames.values()) if at]
-    return {"user": _innermost_user(main), "stack": _stack(main), "busy": busy}
+    return {"user": _training_thread_at(main), "stack": _stack(main), "busy": busy}
 
 
 def _late(name, state, step) -> str | None:
@@ -78,6 +100,10 @@ def _late(name, state, step) -> str | None:
                 f"and steps_per_epoch (repeat() the dataset), or let fit() batch arrays")
     if state["phase"] != "train":
         return None
+    if state.get("silent", 0.0) > SILENT:
+        return (f"{name} has sent nothing for {state['silent']:.0f} s (its last step was "
+                f"{state['steps']}): its process is alive but its Python is blocked (code that "
+                f"holds Python's interpreter lock, or the process is stopped)")
     if state["steps"] < step - 1 or (not state["in_step"] and state["steps"] == step - 1):
         at = where_.get("user")
         return (f"{name} has not begun step {step} (its last was {state['steps']}): it is in a "
