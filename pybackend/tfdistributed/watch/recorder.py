@@ -311,6 +311,7 @@ class Heartbeat:
         self.warning = _seconds(STALL_WARNING_ENV, DEFAULT_STALL_WARNING)
         self.timeout = _seconds(STALL_TIMEOUT_ENV, None)
         self.warned_at = None
+        self.told_end = False
         self.main = threading.main_thread().ident
 
     @classmethod
@@ -341,11 +342,24 @@ class Heartbeat:
         if self.launched:
             channel.send("beat", **state)
         elif self.peers is not None:
+            self._share(state, stuck)
+        if stuck and self.timeout is not None and state["idle"] > self.timeout:
+            self._end(state)
+
+    def _share(self, state: dict, stuck: bool) -> None:
+        """Publish this task's state to the others (while it trains, and once when it has
+        ended: the others may be waiting for it) and, when stuck, name the stall."""
+        over = state["phase"] in ("ended", "idle")
+        if over and self.told_end:
+            return
+        try:
             self.peers.publish(state)
             if stuck:
                 self._say(self.peers.states(state))
-        if stuck and self.timeout is not None and state["idle"] > self.timeout:
-            self._end(state)
+        except Exception:  # noqa: BLE001 - the service is gone: the job is ending
+            self.peers = None
+            return
+        self.told_end = over
 
     def _say(self, states: dict) -> None:
         message = stall.diagnose(states, self.warning)
