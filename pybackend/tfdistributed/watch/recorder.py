@@ -337,7 +337,10 @@ class Heartbeat:
         state = STATE.snapshot()
         stuck = self.synchronous and self.warning is not None and state["started"] \
             and state["idle"] > self.warning and state["phase"] in ("train", "test", "predict")
-        if stuck:
+        # Where it is goes out from half the stall time on: the launcher, which ages a beat by
+        # the time since it came, may name the stall a beat before this task would.
+        if self.synchronous and self.warning is not None and state["started"] \
+                and state["idle"] > self.warning / 2:
             state["where"] = stall.where(self.main)
         if self.launched:
             channel.send("beat", **state)
