@@ -48,7 +48,8 @@ keras <- NULL
 .onLoad <- function(libname, pkgname) {
   select_python()
   tfd <<- reticulate::import("tfdistributed", delay_load = TRUE)
-  keras <<- reticulate::import("keras", delay_load = TRUE)
+  # Its calls of layers, callbacks, optimizers... take R values (keras_calls.R).
+  keras <<- keras_module_for_r(reticulate::import("keras", delay_load = TRUE))
   # Importing the backend installs its Keras repairs, so the user's own model$fit() (and keras3's
   # fit()) under a strategy is repaired too, whoever starts Python first.
   if (reticulate::py_available(initialize = FALSE)) {
