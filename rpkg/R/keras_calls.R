@@ -43,18 +43,26 @@ r_values <- function() backend()$rvalues
 
 # An R function calling the Python callable `fn` with its R arguments converted by the backend's
 # rules, with `fn`'s formals (args() and completion show Keras' signature, as reticulate's own
-# function does) and attributes (so it stays the Python object wherever one is needed). As in
-# reticulate, only the arguments given are passed, so Keras applies its own defaults. Errors
-# are reported for the user's own call (`keras$layers$Conv2D(...)`).
+# function does) and attributes (so it stays the Python object wherever one is needed). Its body
+# uses only names with a dot, which no Python parameter can have (Keras' MeanMetricWrapper has
+# a parameter `fn`, and a formal shadows the closure's variable of the same name).
 keras_call_for_r <- function(fn) {
-  force(fn)
+  .tfdistributed_fn <- fn
+  .tfdistributed_call <- call_with_r_values
   wrapper <- as.function.default(c(formals(fn), quote({
-    call <- sys.call()
-    given <- call
-    given[[1L]] <- quote(list)
-    args <- eval(given, parent.frame())
-    with_backend(do.call(r_values()$call, c(list(fn), args)), call = call)
+    .call <- sys.call()
+    .tfdistributed_call(.tfdistributed_fn, .call, parent.frame())
   })))
   attributes(wrapper) <- attributes(fn)
   wrapper
+}
+
+# Calls `fn` with the arguments of the user's `call` (evaluated where it was made): as in
+# reticulate, only the arguments given, so Keras applies its own defaults. Errors are reported
+# for the user's own call (`keras$layers$Conv2D(...)`).
+call_with_r_values <- function(fn, call, env) {
+  given <- call
+  given[[1L]] <- base::list
+  args <- eval(given, env)
+  with_backend(do.call(r_values()$call, c(list(fn), args)), call = call)
 }

@@ -83,6 +83,10 @@ LAYERS = {
     "metric_thresholds": ("keras$metrics$AUC(num_thresholds = 50)",
                           lambda k: k.metrics.AUC(num_thresholds=50)),
     "metric_top_k": ("keras$metrics$Precision(top_k = 2)", lambda k: k.metrics.Precision(top_k=2)),
+    "metric_fn_parameter": ('keras$metrics$MeanMetricWrapper(keras$losses$mean_squared_error, '
+                            'name = "m", dtype = "float32")',
+                            lambda k: k.metrics.MeanMetricWrapper(k.losses.mean_squared_error,
+                                                                  name="m", dtype="float32")),
     "metric_num_classes": ("keras$metrics$MeanIoU(num_classes = 3)",
                            lambda k: k.metrics.MeanIoU(num_classes=3)),
 }
@@ -249,8 +253,8 @@ def test_a_class_reached_through_keras_is_still_the_class(r):
 
 def test_a_call_the_table_does_not_cover_is_reticulates_own(r):
     checks = r("""
-      c(ops = is.null(environment(keras$ops$sum)$fn),
-        layers = !is.null(environment(keras$layers$Dense)$fn),
+      c(ops = is.null(environment(keras$ops$sum)$.tfdistributed_fn),
+        layers = !is.null(environment(keras$layers$Dense)$.tfdistributed_fn),
         version = is.character(keras$version()),
         module = inherits(keras$ops, "python.builtin.module"))
     """)
