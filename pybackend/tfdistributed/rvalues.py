@@ -85,18 +85,17 @@ COVERED_TOP_LEVEL = ("Input", "Sequential", "Model")
 COVERED_MODEL_METHODS = ("compile",)
 
 
-def covers(module, name: str) -> bool:
-    """Whether ``module.name`` (as reached from R, e.g. ``keras$layers$Conv2D``) takes R values.
+def covers(path: str, name: str) -> bool:
+    """Whether ``name`` of the Keras module at ``path``, as reached from R (``keras$layers$Conv2D``
+    is ``covers("keras.layers", "Conv2D")``), takes R values.
 
     Example:
-        >>> import keras
-        >>> covers(keras.layers, "Conv2D"), covers(keras.ops, "sum")
-        (True, False)
+        >>> covers("keras.layers", "Conv2D"), covers("keras", "Input"), covers("keras.ops", "sum")
+        (True, True, False)
     """
-    module_name = getattr(module, "__name__", "")
-    if module_name == "keras":
+    if path == "keras":
         return name in COVERED_TOP_LEVEL
-    return module_name in COVERED_MODULES
+    return path in COVERED_MODULES
 
 
 @functools.lru_cache(maxsize=1024)

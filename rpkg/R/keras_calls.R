@@ -15,21 +15,24 @@
 
 KERAS_MODULE_CLASS <- "tfdistributed_keras_module"
 
-# `module` (a reticulate module proxy) with the class whose `$` converts R values.
-keras_module_for_r <- function(module) {
+# `module` (a reticulate module proxy, reached from R as `path`, e.g. "keras.layers") with the
+# class whose `$` converts R values.
+keras_module_for_r <- function(module, path = "keras") {
   if (!inherits(module, KERAS_MODULE_CLASS)) {
     class(module) <- c(KERAS_MODULE_CLASS, class(module))
   }
+  attr(module, "tfdistributed_path") <- path
   module
 }
 
 #' @export
 `$.tfdistributed_keras_module` <- function(x, name) {
   value <- NextMethod()
+  path <- attr(x, "tfdistributed_path")
   if (inherits(value, "python.builtin.module")) {
-    return(keras_module_for_r(value))
+    return(keras_module_for_r(value, paste(path, name, sep = ".")))
   }
-  if (is.function(value) && is_py(value) && isTRUE(r_values()$covers(x, name))) {
+  if (is.function(value) && is_py(value) && keras_call_covered(path, name)) {
     return(keras_call_for_r(value))
   }
   value
@@ -38,8 +41,35 @@ keras_module_for_r <- function(module) {
 #' @export
 `[[.tfdistributed_keras_module` <- `$.tfdistributed_keras_module`
 
-# The backend's module of rules for R values in Keras' calls.
-r_values <- function() backend()$rvalues
+# The backend's module of rules for R values in Keras' calls, and what it said about each call
+# (a model is built with the same few calls again and again: each is asked about once).
+r_values_state <- new.env()
+r_values <- function() {
+  if (is.null(r_values_state$module)) {
+    r_values_state$module <- backend()$rvalues
+    r_values_state$call <- r_values_state$module$call
+    r_values_state$covered <- new.env()
+    r_values_state$model_methods <- as.character(unlist(r_values_state$module$COVERED_MODEL_METHODS))
+  }
+  r_values_state$module
+}
+
+# A model's methods that take R values by the backend's rules (`compile`).
+covered_model_methods <- function() {
+  r_values()
+  r_values_state$model_methods
+}
+
+keras_call_covered <- function(path, name) {
+  r_values()
+  key <- paste(path, name, sep = "$")
+  covered <- r_values_state$covered[[key]]
+  if (is.null(covered)) {
+    covered <- isTRUE(r_values_state$module$covers(path, name))
+    assign(key, covered, envir = r_values_state$covered)
+  }
+  covered
+}
 
 # An R function calling the Python callable `fn` with its R arguments converted by the backend's
 # rules, with `fn`'s formals (args() and completion show Keras' signature, as reticulate's own
@@ -64,5 +94,6 @@ call_with_r_values <- function(fn, call, env) {
   given <- call
   given[[1L]] <- base::list
   args <- eval(given, env)
-  with_backend(do.call(r_values()$call, c(list(fn), args)), call = call)
+  r_values()
+  with_backend(do.call(r_values_state$call, c(list(fn), args)), call = call)
 }

@@ -43,7 +43,7 @@ KERAS_R_METHODS <- c("fit", "evaluate", "predict")
   if (name %in% KERAS_R_METHODS) {
     return(keras_method_for_r(method))
   }
-  if (name %in% r_values()$COVERED_MODEL_METHODS) keras_call_for_r(method) else method
+  if (name %in% covered_model_methods()) keras_call_for_r(method) else method
 }
 
 #' @export
