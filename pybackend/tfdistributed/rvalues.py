@@ -98,12 +98,25 @@ def covers(path: str, name: str) -> bool:
     return path in COVERED_MODULES
 
 
-@functools.lru_cache(maxsize=1024)
 def _signature(fn):
+    """``fn``'s signature; a class's or function's is kept (a model is built with the same few
+    calls again and again), a bound method's is not (the cache would keep its model alive)."""
+    if inspect.ismethod(fn):
+        return _read_signature(fn)
+    try:
+        return _kept_signature(fn)
+    except TypeError:  # unhashable
+        return _read_signature(fn)
+
+
+def _read_signature(fn):
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError):
         return None
+
+
+_kept_signature = functools.lru_cache(maxsize=1024)(_read_signature)
 
 
 def call(fn, /, *args, **kwargs):

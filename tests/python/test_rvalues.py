@@ -78,3 +78,18 @@ def test_call_names_positional_arguments_by_keras_signature():
     assert layer._input_shape_arg == (8, 8, 1)  # taken by **kwargs, converted by its own name
     with pytest.raises(tfd.ArgumentTypeError, match="`filters` of keras.layers.Conv2D"):
         rvalues.call(keras.layers.Conv2D, 8.5, 3.0)
+
+
+def test_a_models_method_is_not_kept_alive_by_the_rules():
+    import gc
+    import weakref
+
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    rvalues.call(model.compile, "adam", "mse", metrics="mae")
+    assert model.get_compile_config()["metrics"] == ["mae"]
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None
