@@ -15,7 +15,8 @@ feeds), rcallbacks (datasets whose callbacks call R, refused where they would ha
 compat (the Keras 3 repairs, one module each in repairs), routing (plain model.fit under
 parameter-server strategies), launch (clusters of processes, ``python -m tfdistributed launch``;
 its engines are the launchers package), errors, demo_data (scikit-learn's digits as arrays or
-TFDS), hostbed (a test bed of hosts), demo (``make demo``).
+TFDS), rvalues (R values in Keras' own calls made from R: one table of rules), hostbed (a test
+bed of hosts), demo (``make demo``).
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
 """
@@ -27,7 +28,7 @@ from . import _runtime
 _runtime.prefer_pooled_cpu_allocator()
 
 from . import (checkpoints, data, generators, loops, ray_backend, rcallbacks,  # noqa: E402
-               served, shards, slurm)
+               rvalues, served, shards, slurm)
 from ._args import KERAS_COUNT_ARGUMENTS
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
@@ -66,6 +67,6 @@ __all__ = [
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
-    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "served", "shards",
+    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "rvalues", "served", "shards",
     "ray_backend", "slurm", "slurm_script", "tf_config_from_slurm",
 ]

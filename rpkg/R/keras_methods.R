@@ -31,10 +31,19 @@ keras_argument_converters <- function() {
 
 KERAS_R_METHODS <- c("fit", "evaluate", "predict")
 
+# fit/evaluate/predict convert here (their data need R's own conversions); the other methods
+# that take R values (`compile`: `metrics = "accuracy"`) go through the backend's rules for
+# Keras' calls, as keras$layers$... do (keras_calls.R).
 #' @export
 `$.keras.src.models.model.Model` <- function(x, name) {
   method <- NextMethod()
-  if (name %in% KERAS_R_METHODS && is_py(method)) keras_method_for_r(method) else method
+  if (!is_py(method)) {
+    return(method)
+  }
+  if (name %in% KERAS_R_METHODS) {
+    return(keras_method_for_r(method))
+  }
+  if (name %in% covered_model_methods()) keras_call_for_r(method) else method
 }
 
 #' @export

@@ -23,23 +23,35 @@ tfd <- NULL
 #' Keras 3 (the Python module), imported on first use
 #'
 #' There is no Keras R package here: models are built through reticulate, e.g.
-#' `keras$Sequential(list(keras$layers$Dense(64L, activation = "relu")))`.
-#' Integers passed to Keras must be R integers (`64L`), except in a model's
-#' `$fit()`, `$evaluate()` and `$predict()`: there R values are converted as
-#' [fit_distributed()] converts them (R vectors and arrays become NumPy arrays,
-#' whole doubles such as `64 * 2` become integers, `validation_data` may be an
-#' R list and `class_weight` a named R list or vector), and a value that cannot
-#' be converted is an R error naming the argument.
+#' `keras$Sequential(list(keras$layers$Dense(64, activation = "relu")))`.
+#' R values are converted as keras3's R wrappers convert them, by one table of
+#' rules in the backend (`tfd$rvalues$R_VALUE_RULES`): in the calls of
+#' `keras$layers`, `keras$callbacks`, `keras$optimizers`, `keras$losses`,
+#' `keras$metrics`, `keras$models`, `keras$regularizers`, `keras$initializers`,
+#' `keras$Input()`, `keras$Sequential()`, `keras$Model()` and a model's
+#' `$compile()`, whole doubles become integers where Keras needs integers
+#' (`units`, `filters`, `kernel_size`, `strides`, `save_freq`, `patience`...),
+#' R vectors become shapes and tuples (`shape = c(8, 8, 1)`, `NA` for an unknown
+#' size) and a single string becomes a list where Keras needs one
+#' (`metrics = "accuracy"`). `axis` keeps Keras' Python numbering (from 0).
+#' A model's `$fit()`, `$evaluate()` and `$predict()` convert as
+#' [fit_distributed()] converts (R vectors and arrays become NumPy arrays,
+#' `validation_data` may be an R list and `class_weight` a named R list or
+#' vector). A value that cannot be converted is an R error naming the argument.
+#' Other calls (`keras$ops`, `keras$utils`...) are reticulate's own, and
+#' `keras$layers$Dense` is still the Python class wherever one is needed.
 #'
 #' @format A Python module proxy created by [reticulate::import()].
 #' @family backend and Keras
 #' @examples
 #' if (backend_available()) {
 #'   model <- keras$Sequential(list(
-#'     keras$Input(shape = input_shape(8, 8, 1)),
+#'     keras$Input(shape = c(8, 8, 1)),
+#'     keras$layers$Conv2D(filters = 4, kernel_size = 3),
 #'     keras$layers$Flatten(),
-#'     keras$layers$Dense(10L)
+#'     keras$layers$Dense(10)
 #'   ))
+#'   model$compile(optimizer = "adam", loss = "mse", metrics = "mae")
 #'   model$count_params()
 #' }
 #' @export
@@ -48,7 +60,8 @@ keras <- NULL
 .onLoad <- function(libname, pkgname) {
   select_python()
   tfd <<- reticulate::import("tfdistributed", delay_load = TRUE)
-  keras <<- reticulate::import("keras", delay_load = TRUE)
+  # Its calls of layers, callbacks, optimizers... take R values (keras_calls.R).
+  keras <<- keras_module_for_r(reticulate::import("keras", delay_load = TRUE))
   # Importing the backend installs its Keras repairs, so the user's own model$fit() (and keras3's
   # fit()) under a strategy is repaired too, whoever starts Python first.
   if (reticulate::py_available(initialize = FALSE)) {
@@ -136,11 +149,13 @@ backend_available <- function() {
 
 #' The shape of a Keras input, from R numbers
 #'
-#' `keras$Input(shape = c(3L))` would pass the scalar 3, which Keras rejects,
-#' and `c(8, 8, 1)` would pass floats. `input_shape()` gives Keras the tuple of
-#' integers it expects; `NA` or `NULL` stands for an unknown dimension. (It is
-#' not called `shape()`, so that it does not mask `shape()` of the tensorflow
-#' and keras3 R packages.)
+#' Calls through the package's [keras] object convert shapes themselves
+#' (`keras$Input(shape = c(8, 8, 1))`); `input_shape()` is for the other places
+#' a shape goes to Python, where reticulate would pass a scalar for `c(3L)` and
+#' floats for `c(8, 8, 1)`, e.g. `tf$TensorSpec(input_shape(NA, 8))`. It gives
+#' the tuple of integers TensorFlow and Keras expect; `NA` or `NULL` stands for
+#' an unknown dimension. (It is not called `shape()`, so that it does not mask
+#' `shape()` of the tensorflow and keras3 R packages.)
 #'
 #' @param ... Dimensions (whole numbers; `NA`/`NULL` for unknown), or one
 #'   numeric vector of them.

@@ -20,6 +20,7 @@ VIGNETTES = sorted(p.stem for p in (ROOT / "vignettes").glob("*.Rmd"))
 
 EXPECTED = {
     "getting-started": ["replicas in sync: 2", "Did you mean 'mirrored'?", "data:image/png;base64",
+                        "`units` of keras.layers.Dense must be a single whole number >= 1, got 64.5",
                         "central_storage"],
     "multi-worker": ["[worker 1] Epoch 5/5", "Set the shard policy to 'data'",
                      "Task worker 1 was killed by signal 9", "epochs run here: 3 4 5",
