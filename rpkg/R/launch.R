@@ -2,7 +2,10 @@
 #'
 #' Starts one process per task on this machine, each with its own TF_CONFIG on
 #' free loopback ports, and prints every line they write prefixed with the
-#' task (`[worker 1] ...`); in R Markdown the output lands in the document. On
+#' task (`[worker 1] ...`), but for each task's Keras progress: the job shows
+#' one progress display of its own (`progress`). In R Markdown the output
+#' lands in the document. When it is done, `$history` holds the job's
+#' training history and `$workers` each task's figures. On
 #' the first failure, or at the timeout, every process is stopped and the R
 #' error names the task and shows its last output.
 #'
@@ -46,6 +49,20 @@
 #'   `c("ip", "netns", "exec", "ns0")`. Each task whose address is on one of
 #'   them runs behind that command; an address on no host (and not loopback) is
 #'   an error naming it.
+#' @param progress One progress display for the whole job instead of each
+#'   task's Keras progress bar (`[tfdistributed] epoch 3/10 - 12/22 - loss:
+#'   ...`, with the job's examples/s, elapsed and remaining time): `TRUE` (one
+#'   line redrawn in an interactive session, else a line per epoch, so knitr,
+#'   `Rscript` and [base::sink()] get plain lines), `"lines"`, `"live"` or `FALSE`.
+#'   Stragglers and stalls are named in the output either way.
+#' @param stall_warning Seconds without a training step from any task before
+#'   the output names the task the others wait for and where it is; `NULL`:
+#'   never.
+#' @param stall_timeout Seconds without a step after which every task ends
+#'   (exit status 76), so that `max_restarts` restarts the job; `NULL` (the
+#'   default): a stall is named, not ended.
+#' @param show_all Also print each task's Keras progress lines and
+#'   TensorFlow's start-up lines (always kept in `$output`).
 #' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
 #'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
 #'   lines, `$seconds` the wall time, `$cluster` the cluster; `$restarts` the
@@ -53,6 +70,19 @@
 #'   (`attempt`, the failed `task`, how it `ended`, its `error` line,
 #'   `preempted`; `NA` for the attempt that succeeded). Tasks, output and
 #'   cluster are those of the last attempt.
+#'
+#'   What the tasks reported while they trained, from scripts that call
+#'   [fit_distributed()] or plain `model$fit()`: `$history` is the job's
+#'   training history (the chief's, else worker 0's; after restarts the whole
+#'   run's, each epoch once), the same kind of object as [fit_distributed()]
+#'   returns: `plot(job$history)` draws it, `as.data.frame(job$history)` gives
+#'   its rows. `$workers` is a data frame with one row per task: `task`,
+#'   `steps`, `examples_per_second`, `median_step_seconds`, `wait_seconds`
+#'   (median time a step spent waiting for the others), `outside_seconds`
+#'   (median time between its steps: its callbacks, its input), `restarts`, `straggler` (its own work
+#'   markedly slower than the others') and `straggler_epochs` (a list column);
+#'   `NA` where a figure could not be measured. `$stragglers` names the
+#'   stragglers. `print(job)` shows the per-task table.
 #' @family launching
 #' @export
 #' @examples
@@ -63,6 +93,8 @@
 #'              script)
 #'   job <- launch_cluster(script, workers = 2, timeout = 120)
 #'   job$tasks
+#'   # A script that trains: plot(job$history) and the per-task figures
+#'   job$workers
 #' }
 #' \dontrun{
 #' # The same script on a SLURM cluster or on Ray:
@@ -71,7 +103,8 @@
 #' }
 launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
                            env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
-                           max_restarts = 0, cluster = NULL, hosts = NULL) {
+                           max_restarts = 0, cluster = NULL, hosts = NULL, progress = TRUE,
+                           stall_warning = 60, stall_timeout = NULL, show_all = FALSE) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)
@@ -83,19 +116,27 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
   }
   # Output is relayed through an R function called on R's own thread, so cat() output is
   # captured by knitr and sink(); Python's own echo would bypass them.
-  on_output <- if (echo) function(line) cat(line, "\n", sep = "") else NULL
+  console <- if (echo) console_writer() else NULL
+  on.exit(if (!is.null(console)) console$close(), add = TRUE)
   # Rscript tasks find this package where this session does.
   env_py <- merge_env(env_py, R_LIBS = paste(.libPaths(), collapse = .Platform$path.sep))
   # Left out (NULL), the timeout is the backend's default.
   arguments <- c(list(
     normalizePath(script, mustWork = FALSE), workers = as_integer(workers), ps = as_integer(ps),
     chief = as_flag(chief), env = env_py, args = py_list(as.character(args)),
-    on_output = on_output, echo = FALSE, rscript = file.path(R.home("bin"), "Rscript"),
-    backend = as_string(backend), max_restarts = as_integer(max_restarts)),
+    on_output = console$write, echo = FALSE, rscript = file.path(R.home("bin"), "Rscript"),
+    backend = as_string(backend), max_restarts = as_integer(max_restarts),
+    progress = progress_mode(progress), stall_warning = as_number(stall_warning),
+    stall_timeout = as_number(stall_timeout), show_all = as_flag(show_all)),
     if (!is.null(timeout)) list(timeout = as_number(timeout)),
     if (!is.null(cluster)) list(cluster = cluster_to_py(cluster)),
     if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)), options)
   result <- with_backend(do.call(backend()$launch, arguments))
+  launch_result(result, backend)
+}
+
+# The R object of a Python LaunchResult.
+launch_result <- function(result, backend) {
   tasks <- result$tasks
   out <- structure(list(
     cluster = as_tfdistributed_cluster(result$cluster),
@@ -111,9 +152,51 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     seconds = result$seconds,
     backend = backend,
     restarts = as.integer(result$restarts),
-    attempts = attempts_frame(result$attempts)
+    attempts = attempts_frame(result$attempts),
+    history = new_history(result$history, result$epochs),
+    workers = workers_frame(result$workers),
+    stragglers = as.character(unlist(result$stragglers))
   ), class = "tfdistributed_launch")
   invisible(out)
+}
+
+# `progress = TRUE` is "live" (a redrawn line) only where someone watches the console; knitr,
+# Rscript and sink() get a line per epoch. Python checks the other values.
+progress_mode <- function(progress) {
+  if (isTRUE(progress)) if (interactive()) "live" else "lines" else progress
+}
+
+# Writes the job's lines to R's console: a live progress line starts with "\r" and redraws
+# itself (no newline); the next plain line, or the end of the job, first ends it.
+console_writer <- function() {
+  open <- FALSE
+  list(
+    write = function(line) {
+      live <- startsWith(line, "\r")
+      cat(if (open && !live) "\n", line, if (!live) "\n", sep = "")
+      open <<- live
+    },
+    close = function() if (open) cat("\n")
+  )
+}
+
+# One row per task of the job; NA where a figure could not be measured (e.g. a task that
+# never stepped). `straggler_epochs` is a list column: the epochs (from 1) it was named in.
+workers_frame <- function(workers) {
+  field <- function(name, type) {
+    vapply(workers, function(w) if (is.null(w[[name]])) type[NA_integer_] else
+      as.vector(w[[name]], typeof(type)), type)
+  }
+  frame <- data.frame(
+    task = field("task", character(1)), steps = field("steps", integer(1)),
+    examples_per_second = field("examples_per_second", numeric(1)),
+    median_step_seconds = field("median_step_seconds", numeric(1)),
+    wait_seconds = field("wait_seconds", numeric(1)),
+    outside_seconds = field("outside_seconds", numeric(1)),
+    restarts = field("restarts", integer(1)), straggler = field("straggler", logical(1)),
+    stringsAsFactors = FALSE)
+  frame$straggler_epochs <- lapply(workers, function(w) as.integer(unlist(w$straggler_epochs)))
+  frame
 }
 
 # Host address -> command prefix, as a dict of lists (a one-word prefix stays a list). Whether
@@ -174,5 +257,29 @@ print.tfdistributed_launch <- function(x, ...) {
     cat(sprintf("  %s %d: exit %d\n", x$tasks$task_type[[i]], x$tasks$task_index[[i]],
                 x$tasks$returncode[[i]]))
   }
+  print_workers(x$workers, x$stragglers)
+  if (length(x$history$epochs)) {
+    cat(sprintf("  history: %d epoch%s (plot(job$history))\n", length(x$history$epochs),
+                if (length(x$history$epochs) == 1) "" else "s"))
+  }
   invisible(x)
+}
+
+# The per-task table, briefly: what a user looks at to see which worker is slow.
+print_workers <- function(workers, stragglers) {
+  if (!NROW(workers)) {
+    return(invisible())
+  }
+  shown <- data.frame(
+    steps = workers$steps, `examples/s` = round(workers$examples_per_second),
+    `step ms` = round(1000 * workers$median_step_seconds, 1),
+    `wait ms` = round(1000 * workers$wait_seconds, 1),
+    straggler = ifelse(workers$straggler, "yes", ""),
+    row.names = workers$task, check.names = FALSE)
+  cat("  per task:\n")
+  lines <- utils::capture.output(print(shown))
+  cat(paste0("    ", lines, "\n"), sep = "")
+  if (length(stragglers)) {
+    cat("  stragglers:", paste(stragglers, collapse = ", "), "\n")
+  }
 }

@@ -57,8 +57,11 @@
 #'   Set `options(tfdistributed.verbose = 0)` to change the default.
 #' @param ... Passed to Keras `model$fit()` / `model$evaluate()`.
 #' @return `fit_distributed()`: a `tfdistributed_history`: `print()`, `plot()`
-#'   and `as.data.frame()` (columns `epoch`, `metric`, `value`) work on it;
-#'   `$metrics` is a named list of per-epoch values.
+#'   and `as.data.frame()` (columns `epoch`, `metric`, `value`, and `data`:
+#'   `"training"` or `"validation"` for the `val_*` metrics, as in keras' R
+#'   history) work on it; `$metrics` is a named list of per-epoch values,
+#'   `$epochs` the epochs (from 1). A job run by [launch_cluster()] returns
+#'   the same kind of history in `$history`.
 #' @seealso [distribute_strategy()], [dataset_from_arrays()],
 #'   [backup_and_restore()]
 #' @family training
@@ -193,10 +196,20 @@ callbacks_arg <- function(callbacks, call = rlang::caller_env()) {
 }
 
 as_tfdistributed_history <- function(history) {
-  metrics <- lapply(reticulate::py_to_r(history$history), function(v) as.numeric(unlist(v)))
-  epochs <- as.integer(unlist(history$epoch)) + 1L
   params <- tryCatch(reticulate::py_to_r(history$params), error = function(e) list())
-  structure(list(metrics = metrics, epochs = epochs, params = params),
+  new_history(history$history, history$epoch, params)
+}
+
+# The one constructor of a `tfdistributed_history`, from Keras' `History.history` (a dict of
+# per-epoch lists) and its 0-based epochs: fit_distributed()'s and a launched job's are one
+# class, so print(), plot() and as.data.frame() treat them alike. A metric the reporting task
+# did not log in some epoch comes as None: NA here, not a shorter vector.
+new_history <- function(history, epochs, params = list()) {
+  history <- if (is_py(history)) reticulate::py_to_r(history) else history
+  metrics <- lapply(history, function(v) {
+    vapply(v, function(x) if (is.null(x)) NA_real_ else as.numeric(x), numeric(1))
+  })
+  structure(list(metrics = metrics, epochs = as.integer(unlist(epochs)) + 1L, params = params),
             class = "tfdistributed_history")
 }
 
@@ -205,10 +218,12 @@ as.data.frame.tfdistributed_history <- function(x, ...) {
   rows <- lapply(names(x$metrics), function(metric) {
     values <- x$metrics[[metric]]
     data.frame(epoch = x$epochs[seq_along(values)], metric = metric, value = values,
+               data = if (startsWith(metric, "val_")) "validation" else "training",
                stringsAsFactors = FALSE)
   })
   if (!length(rows)) {
-    return(data.frame(epoch = integer(), metric = character(), value = numeric()))
+    return(data.frame(epoch = integer(), metric = character(), value = numeric(),
+                      data = character()))
   }
   do.call(rbind, rows)
 }
@@ -230,7 +245,8 @@ print.tfdistributed_history <- function(x, ...) {
 #' One panel per metric, with training and validation (`val_*`) values on
 #' the same panel. Base graphics.
 #'
-#' @param x A `tfdistributed_history` from [fit_distributed()].
+#' @param x A `tfdistributed_history` from [fit_distributed()], or a launched
+#'   job's `$history` ([launch_cluster()]).
 #' @param y Unused.
 #' @param metrics Metric names to plot; default all.
 #' @param ... Passed to [graphics::plot()].
@@ -251,8 +267,8 @@ plot.tfdistributed_history <- function(x, y, metrics = NULL, ...) {
   for (metric in base) {
     series <- intersect(c(metric, paste0("val_", metric)), names_all)
     values <- unlist(x$metrics[series])
-    graphics::plot(range(x$epochs), range(values), type = "n", xlab = "epoch", ylab = metric,
-                   main = metric, ...)
+    graphics::plot(range(x$epochs), range(values, na.rm = TRUE), type = "n", xlab = "epoch",
+                   ylab = metric, main = metric, ...)
     for (i in seq_along(series)) {
       v <- x$metrics[[series[[i]]]]
       graphics::lines(x$epochs[seq_along(v)], v, type = "b", pch = 19 + i - 1, col = i, lty = i)

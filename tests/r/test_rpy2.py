@@ -160,7 +160,7 @@ def test_batch_size_as_a_double_is_coerced_and_trains(r_default_model):
     r("history <- fit_distributed(model, x, y, epochs = 2, batch_size = 64, shuffle = FALSE)")
     assert list(r("history$epochs")) == [1, 2]
     df = r("as.data.frame(history)")
-    assert list(df.colnames) == ["epoch", "metric", "value"]
+    assert list(df.colnames) == ["epoch", "metric", "value", "data"]
     result = r("evaluate_distributed(model, x, y, batch_size = 32)")
     # The same MSE computed on the Python side, from the model's weights with NumPy: R hands the
     # model and the data (as float32, what training saw) to this interpreter's __main__.

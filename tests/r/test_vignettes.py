@@ -22,15 +22,20 @@ EXPECTED = {
     "getting-started": ["replicas in sync: 2", "Did you mean 'mirrored'?", "data:image/png;base64",
                         "`units` of keras.layers.Dense must be a single whole number >= 1, got 64.5",
                         "central_storage"],
-    "multi-worker": ["[worker 1] Epoch 5/5", "Set the shard policy to 'data'",
+    # One progress line per epoch for the job (not each worker's Keras lines), its history
+    # plotted and its per-worker table.
+    "multi-worker": ["[tfdistributed] epoch 5/5", "data:image/png;base64", "examples_per_second",
+                     "Set the shard policy to 'data'",
                      "Task worker 1 was killed by signal 9", "epochs run here: 3 4 5",
                      'TF_CONFIG["task"]["index"] = 3 is out of range',
                      '{"cluster": {"chief": ["cmle-training-master-0:2222"]'],
-    "parameter-server": ["coordinator: test accuracy", "/job:ps/replica:0/task:0",
+    "parameter-server": ["coordinator: test accuracy", "data:image/png;base64",
+                         "/job:ps/replica:0/task:0",
                          "/job:ps/replica:0/task:1", "<tfdistributed strategy: parameter_server>"],
     "custom-training-loops": ["mirrored_2_replicas", "epoch 3: mean loss"],
     "callbacks-checkpoints": ["epoch-12.weights.h5", "events.out.tfevents", "data:image/png;base64"],
     "data-bigger-than-memory": ["[worker 1] worker 1 of 2 reads part-00001-of-00004.csv",
+                                "data:image/png;base64", "examples/s",
                                 "failed on call 12 (after 11 batches): the network drive went away",
                                 "Batch 3 does not match the first batch", "needs `steps_per_epoch`",
                                 "Pass dataset_from_generator(<your function>) instead",
@@ -42,7 +47,8 @@ EXPECTED = {
                              "#SBATCH --gres=gpu:1", "[launch] submitted SLURM job",
                              "[worker 1] multi_worker_mirrored 1 of 2: test accuracy",
                              "Task worker 1 exited with status 1 (SLURM job",
-                             "out of memory on this node", "kind: TFJob"],
+                             "out of memory on this node", "kind: TFJob",
+                             "data:image/png;base64", "examples_per_second"],
 }
 
 

@@ -52,3 +52,79 @@ test_that("the same R training script runs unchanged on 3 workers, in lock-step"
   # All workers hold the same model: the same loss to the last printed digit.
   expect_length(unique(sub("^\\[worker [012]\\] ", "", finals)), 1)
 })
+
+test_that("a launched job's history is fit_distributed()'s kind: it prints, plots and has rows", {
+  # As the backend hands it over: Keras' History.history, a metric missing in an epoch as NULL.
+  history <- new_history(list(loss = list(0.9, 0.5, 0.25), val_loss = list(1, NULL, 0.5)),
+                         list(0L, 1L, 2L))
+  expect_s3_class(history, "tfdistributed_history")
+  expect_identical(history$epochs, 1:3)
+  expect_identical(history$metrics$val_loss, c(1, NA, 0.5))
+  df <- as.data.frame(history)
+  expect_identical(nrow(df), 6L)
+  expect_identical(df$data, rep(c("training", "validation"), each = 3))
+  expect_output(print(history), "3 epochs")
+  path <- withr::local_tempfile(fileext = ".png")
+  grDevices::png(path)
+  expect_invisible(plot(history))
+  grDevices::dev.off()
+  expect_gt(file.size(path), 0)
+  empty <- new_history(list(), list())
+  expect_identical(nrow(as.data.frame(empty)), 0L)
+})
+
+test_that("the per-task records become a data frame, NA where nothing was measured", {
+  workers <- workers_frame(list(
+    list(task = "worker 0", steps = 46L, examples_per_second = 900.5, median_step_seconds = 0.03,
+         wait_seconds = 0.01, outside_seconds = 0.002, restarts = 0L, straggler = FALSE,
+         straggler_epochs = list()),
+    list(task = "worker 1", steps = 46L, examples_per_second = NULL, median_step_seconds = NULL,
+         wait_seconds = NULL, outside_seconds = NULL, restarts = 0L, straggler = TRUE,
+         straggler_epochs = list(1L, 2L))))
+  expect_identical(workers$task, c("worker 0", "worker 1"))
+  expect_identical(workers$examples_per_second, c(900.5, NA))
+  expect_identical(workers$steps, c(46L, 46L))
+  expect_identical(workers$straggler, c(FALSE, TRUE))
+  expect_identical(workers$straggler_epochs, list(integer(), 1:2))
+  expect_identical(nrow(workers_frame(list())), 0L)
+  job <- structure(list(
+    tasks = data.frame(task_type = "worker", task_index = 0:1, returncode = 0L),
+    seconds = 12, restarts = 0L, attempts = attempts_frame(list(list(attempt = 0L))),
+    workers = workers, stragglers = "worker 1",
+    history = new_history(list(loss = list(1, 0.5)), list(0L, 1L))), class = "tfdistributed_launch")
+  shown <- capture.output(print(job))
+  expect_true(any(grepl("^ +worker 0 +46 +900 ", shown)), info = paste(shown, collapse = "\n"))
+  expect_true(any(grepl("stragglers: worker 1", shown)))
+  expect_true(any(grepl("history: 2 epochs", shown)))
+})
+
+test_that("progress = TRUE is a redrawn line only in an interactive session", {
+  expect_identical(progress_mode(TRUE), if (interactive()) "live" else "lines")
+  expect_identical(progress_mode(FALSE), FALSE)
+  expect_identical(progress_mode("live"), "live")
+  console <- console_writer()
+  shown <- capture.output({
+    console$write("[worker 0] starting")
+    console$write("\r[tfdistributed] epoch 1/2 - 3/10")
+    console$write("\r[tfdistributed] epoch 1/2 - 9/10")
+    console$write("[tfdistributed] worker 1 is a straggler")
+    console$write("\r[tfdistributed] epoch 2/2 - 1/10")
+    console$close()
+  })
+  expect_identical(shown, c("[worker 0] starting",
+                            "\r[tfdistributed] epoch 1/2 - 3/10\r[tfdistributed] epoch 1/2 - 9/10",
+                            "[tfdistributed] worker 1 is a straggler",
+                            "\r[tfdistributed] epoch 2/2 - 1/10"))
+})
+
+test_that("the progress arguments are checked, in R or by the backend", {
+  skip_if_no_backend()
+  script <- withr::local_tempfile(fileext = ".R")
+  writeLines("invisible(NULL)", script)
+  expect_error(launch_cluster(script, progress = "bars"), "`progress` must be",
+               class = "tfdistributed_error")
+  expect_error(launch_cluster(script, stall_warning = "soon"), "`stall_warning` must be a single number",
+               class = "tfdistributed_error")
+  expect_error(launch_cluster(script, stall_timeout = 0), "`stall_timeout` must be a number of seconds",
+               class = "tfdistributed_error")
+})

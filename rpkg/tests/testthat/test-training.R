@@ -87,8 +87,9 @@ test_that("the history converts to a data frame, prints and plots", {
   history <- structure(list(metrics = list(loss = c(1, 0.5), val_loss = c(1.2, 0.7)), epochs = 1:2,
                             params = list()), class = "tfdistributed_history")
   df <- as.data.frame(history)
-  expect_identical(names(df), c("epoch", "metric", "value"))
+  expect_identical(names(df), c("epoch", "metric", "value", "data"))
   expect_identical(df$metric, c("loss", "loss", "val_loss", "val_loss"))
+  expect_identical(df$data, rep(c("training", "validation"), each = 2))
   expect_identical(df$epoch, c(1L, 2L, 1L, 2L))
   expect_output(print(history), "2 epochs")
   expect_output(print(history), "final loss:\\s+0.5")
