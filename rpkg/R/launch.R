@@ -63,6 +63,10 @@
 #'   default): a stall is named, not ended.
 #' @param show_all Also print each task's Keras progress lines and
 #'   TensorFlow's start-up lines (always kept in `$output`).
+#' @param tensorboard A directory for the job's TensorBoard event files,
+#'   written by this session alone as the job runs: the history's metrics
+#'   (`train/`, `validation/`, as Keras' TensorBoard callback writes them), each
+#'   task's examples/s and the restarts (`job/`). `NULL`: none.
 #' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
 #'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
 #'   lines, `$seconds` the wall time, `$cluster` the cluster; `$restarts` the
@@ -104,7 +108,8 @@
 launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
                            env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
                            max_restarts = 0, cluster = NULL, hosts = NULL, progress = TRUE,
-                           stall_warning = 60, stall_timeout = NULL, show_all = FALSE) {
+                           stall_warning = 60, stall_timeout = NULL, show_all = FALSE,
+                           tensorboard = NULL) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)
@@ -130,7 +135,8 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     stall_timeout = as_number(stall_timeout), show_all = as_flag(show_all)),
     if (!is.null(timeout)) list(timeout = as_number(timeout)),
     if (!is.null(cluster)) list(cluster = cluster_to_py(cluster)),
-    if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)), options)
+    if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)),
+    if (!is.null(tensorboard)) list(tensorboard = path.expand(as_string(tensorboard))), options)
   result <- with_backend(do.call(backend()$launch, arguments))
   launch_result(result, backend)
 }
