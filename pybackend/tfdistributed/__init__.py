@@ -36,8 +36,8 @@ from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_c
 from .data import global_batch_size, load_tfds, make_dataset
 from .demo_data import digits_arrays, write_digits_tfds
 from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, LaunchError,
-                     LaunchTimeoutError, ShardingError, StrategyError, TFDistributedError,
-                     TrainingError)
+                     LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
+                     TFDistributedError, TrainingError)
 from .launch import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch, run_server
 from .shards import read_shards, write_shards
 from .sharding import SHARD_POLICIES, check_sharding, shard_policy, with_shard_policy
@@ -59,7 +59,8 @@ __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
     "checkpoints", "loops",
     "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
-    "GeneratorError", "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
+    "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError", "TFDistributedError",
+    "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size",
@@ -67,6 +68,6 @@ __all__ = [
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
-    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "served", "shards",
+    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "served", "sharding", "shards",
     "ray_backend", "slurm", "slurm_script", "tf_config_from_slurm",
 ]

@@ -10,8 +10,9 @@ With several workers, TensorFlow *auto-shards* each worker's copy of the dataset
 - ``"auto"`` (TensorFlow's default): ``"file"`` when the pipeline reads files, else ``"data"``.
   TensorFlow documents it as "FILE-based sharding, falling back to DATA-based sharding", yet
   does not fall back when there are fewer files than workers (TFDS writes a small split as
-  one file): here it does, and says so once per data set and process (a ``logging`` warning
-  of the ``tfdistributed.sharding`` logger, naming the files, the workers, and how to choose).
+  one file): here it does, and says so once per data set and process (a
+  :class:`~tfdistributed.errors.ShardingWarning`, naming the files, the workers, and how to
+  choose; a Python warning reaches R's console too, where reticulate shows Python's output).
 - ``"hint"``: shard where ``dataset.shard(SHARD_HINT, ...)`` says.
 - ``"off"``: no sharding; every worker sees every element.
 
@@ -30,14 +31,13 @@ worker and reads one element of each, once per call, before the first step.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
+import sys
+import warnings
 
 from ._args import as_int, as_str
-from .errors import ArgumentTypeError, ShardingError, did_you_mean
-
-_log = logging.getLogger(__name__)
+from .errors import ArgumentTypeError, ShardingError, ShardingWarning, did_you_mean
 
 SHARD_POLICIES = ("auto", "file", "data", "off", "hint")
 
@@ -215,13 +215,25 @@ def _announce_data_sharding(graph, error, workers: int, what: str) -> None:
     _ANNOUNCED.add(key)
     shown = ", ".join(os.path.basename(f) for f in files[:2]) + (
         f" and {len(files) - 2} more" if len(files) > 2 else "")
-    # Short enough for one line of a launched task's output (the first 400 characters).
-    _log.warning(
-        "%s reads %d file%s (%s) for %d workers, too few to shard by file: sharded by data, "
-        "as TensorFlow documents 'auto'. To choose, set the shard policy: 'data' (no notice), "
-        "'off', or 'file' with >= %d files; e.g. with_shard_policy(ds, 'data'), in R "
-        "dataset_shard_policy(ds, \"data\").",
-        what, count, "" if count == 1 else "s", shown or "?", workers, workers)
+    # Short: a launched task's output shows the first 400 characters of a line.
+    warnings.warn(
+        f"{what} reads {count} file{'' if count == 1 else 's'} ({shown or '?'}) for {workers} "
+        f"workers, too few to shard by file: sharded by data, as TensorFlow documents 'auto'. "
+        f"To choose, set the shard policy (with_shard_policy(); R: dataset_shard_policy()): "
+        f"'data' (no notice), 'off', or 'file' with >= {workers} files.",
+        ShardingWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` naming the user's call (the first frame outside tfdistributed, Keras
+    and TensorFlow) in the warning, else the outermost frame (a call from R)."""
+    internal = tuple(os.path.dirname(module.__file__) + os.sep
+                     for module in (sys.modules.get(n) for n in ("tfdistributed", "keras", "tensorflow"))
+                     if getattr(module, "__file__", None))
+    frame, level = sys._getframe(2), 2  # 1: _announce_data_sharding, 2: its caller
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(internal):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _files_short(policy: str, graph) -> bool:

@@ -89,7 +89,8 @@ def test_tensorflow_strategy_one_file_tfds_trains_with_one_notice(tensorflow_str
     for lines in notices(result):
         assert len(lines) == 1, lines
         assert "reads 1 file (sklearn_digits-train.tfrecord-00000-of-00001)" in lines[0]
-        assert "for 2 workers" in lines[0] and "dataset_shard_policy(ds, \"data\")" in lines[0]
+        assert "for 2 workers" in lines[0] and "ShardingWarning: model.fit(), the training data" \
+            in lines[0]
 
 
 def test_an_explicit_data_policy_is_kept_silently_and_trains_the_same(tmp_path, digits_tfds_dir,

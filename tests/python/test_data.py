@@ -62,20 +62,25 @@ def test_one_file_split_cannot_be_file_sharded(digits_tfds_dir):
     assert "1 file" in message  # TensorFlow's own diagnosis is kept
 
 
-def test_one_file_split_under_auto_is_sharded_by_data_with_one_notice(digits_tfds_dir, caplog):
+def test_one_file_split_under_auto_is_sharded_by_data_with_one_notice(digits_tfds_dir):
     """AUTO as TensorFlow documents it: FILE, falling back to DATA (which TensorFlow does not do
     when files are short); said once per data set, naming it, the workers and the choices."""
+    import warnings
+
     ds = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir).batch(32)
-    with caplog.at_level("WARNING", logger="tfdistributed.sharding"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         assert tfd.check_sharding(ds, 3) == "data"
         assert tfd.check_sharding(ds, 3, "auto") == "data"  # an explicit "auto" is the default
         sharded = tfd.sharding.shard_for_workers(ds, 3, "fit(), the training data")
     assert tfd.shard_policy(sharded) == "data" and tfd.shard_policy(ds) == "auto"
-    notices = [r.getMessage() for r in caplog.records if r.name == "tfdistributed.sharding"]
-    assert len(notices) == 1, notices
-    assert notices[0].startswith("This dataset reads 1 file (sklearn_digits-train.tfrecord-")
-    assert "for 3 workers" in notices[0] and "'file' with >= 3 files" in notices[0]
-    assert "dataset_shard_policy(ds, \"data\")" in notices[0]
+    notices = [w for w in caught if issubclass(w.category, tfd.ShardingWarning)]
+    assert len(notices) == 1, [str(w.message) for w in notices]
+    message = str(notices[0].message)
+    assert message.startswith("This dataset reads 1 file (sklearn_digits-train.tfrecord-")
+    assert "for 3 workers" in message and "'file' with >= 3 files" in message
+    assert "R: dataset_shard_policy()" in message
+    assert notices[0].filename == __file__  # the warning names the user's line
 
 
 @pytest.mark.parametrize("policy", ["data", "off"])
