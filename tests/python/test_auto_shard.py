@@ -61,7 +61,8 @@ def outputs(outdir):
 
 
 def assert_trained_alike(outdir):
-    """Both workers trained (the loss falls), end with identical weights and evaluate alike."""
+    """Both workers trained (the loss falls), end with identical weights, evaluate alike and
+    predict every example."""
     out = outputs(outdir)
     assert len(out[0]["weights"]) == len(out[1]["weights"]) == 4
     for a, b in zip(out[0]["weights"], out[1]["weights"]):
@@ -70,6 +71,7 @@ def assert_trained_alike(outdir):
     losses = out[0]["history"]["loss"]
     assert len(losses) == 2 and losses[-1] < losses[0]
     assert out[0]["metrics"]["accuracy"] > 0.5
+    assert out[0]["predictions"] == [1347, 10]  # model.predict too: every example, once
     return out
 
 

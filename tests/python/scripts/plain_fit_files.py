@@ -1,4 +1,4 @@
-"""One worker of a 2-worker job that calls Keras' own model.fit/evaluate on file-backed data, as
+"""One worker of a 2-worker job that calls Keras' own model.fit/evaluate/predict on file-backed data, as
 users write it (run by tfdistributed.launch).
 
 usage: plain_fit_files.py OUTDIR --strategy tensorflow|ours --source tfds|tfrecord --data PATH
@@ -7,7 +7,8 @@ usage: plain_fit_files.py OUTDIR --strategy tensorflow|ours --source tfds|tfreco
 ours: tfdistributed.make_strategy("auto"). --source tfds: tensorflow_datasets.load() of the digits
 in the TFDS directory PATH; tfrecord: the TFRecord file PATH of "x" (8x8x1 floats) and "y".
 --policy: set on the dataset with tf.data.Options (none: TensorFlow's default).
-Writes OUTDIR/worker-<index>.npz (weights) and .json (history and evaluate's metrics).
+Writes OUTDIR/worker-<index>.npz (weights) and .json (history, evaluate's metrics, the shape
+of predict's output).
 """
 
 import argparse
@@ -62,10 +63,12 @@ with strategy.scope():
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 history = model.fit(data, epochs=2, verbose=2, validation_data=data if ns.validation else None)
 metrics = model.evaluate(data, verbose=0, return_dict=True)
+predictions = model.predict(data.map(lambda x, y: x), verbose=0)
 
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 name = f"{task['type']}-{task['index']}"
 np.savez(os.path.join(ns.outdir, name + ".npz"), *model.get_weights())
 with open(os.path.join(ns.outdir, name + ".json"), "w") as f:
-    json.dump({"history": history.history, "metrics": metrics}, f)
+    json.dump({"history": history.history, "metrics": metrics,
+               "predictions": [int(n) for n in predictions.shape]}, f)
 print(f"done: {metrics}", flush=True)
