@@ -156,7 +156,8 @@ def _without_caches(dataset, graph):
     empty for good, and the pre-flight's reads do both: a rewrite short of files fails at the
     first read (a shard of the file list), and one element is read of each shard. Reading the
     dataset itself would leave the training with no data (``tfds.load`` caches small data sets
-    in memory by default)."""
+    in memory by default). None when the graph cannot be rebuilt: that dataset goes unchecked,
+    to TensorFlow as it would without tfdistributed."""
     import tensorflow as tf
     from tensorflow.python.data.ops import dataset_ops
 
@@ -177,7 +178,10 @@ def _without_caches(dataset, graph):
     kept = [node for node in graph.node if node.name not in caches]
     del graph.node[:]
     graph.node.extend(kept)
-    variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
+    try:
+        variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
+    except tf.errors.OpError:
+        return None  # not rebuildable here: left unchecked rather than emptied
     return dataset_ops._VariantDataset(variant, dataset.element_spec)
 
 
@@ -192,6 +196,8 @@ def _shard_failure(dataset, num_shards):
     from tensorflow.python.distribute import input_ops
 
     dataset = _without_caches(dataset, _graph(dataset))
+    if dataset is None:
+        return None
     for index in sorted({0, num_shards - 1}):
         sharded = input_ops.auto_shard_dataset(dataset, num_shards, index, num_shards)
         try:
