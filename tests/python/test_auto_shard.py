@@ -137,10 +137,12 @@ def test_without_the_pre_flight_the_same_job_stops_at_the_first_step(tmp_path, o
     assert NOTICE not in output
 
 
-@pytest.mark.parametrize("strategy", ["tensorflow", "ours"])
-def test_r_model_fit_on_one_file_tfds_trains_with_one_notice(tmp_path, digits_tfds_dir, strategy):
+@pytest.mark.parametrize("strategy,source", [("tensorflow", "tfds"), ("ours", "tfrecord")])
+def test_r_model_fit_on_one_file_trains_with_one_notice(tmp_path, digits_tfds_dir, one_tfrecord,
+                                                         strategy, source):
     """From R: Keras' own model$fit() and model$evaluate() in an Rscript worker."""
-    result = tfd.launch(R_SCRIPT, workers=2, args=[str(tmp_path), str(digits_tfds_dir), strategy],
+    data = str(digits_tfds_dir) if source == "tfds" else one_tfrecord
+    result = tfd.launch(R_SCRIPT, workers=2, args=[str(tmp_path), data, strategy, source],
                         timeout=TIMEOUT, echo=False,
                         env={"R_LIBS": os.path.join(ROOT, ".rlib"),
                              "RETICULATE_PYTHON": sys.executable})
@@ -148,5 +150,7 @@ def test_r_model_fit_on_one_file_tfds_trains_with_one_notice(tmp_path, digits_tf
     reports = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in (0, 1)]
     assert reports[0] == reports[1] and len(reports[0]["weights"]) == 4
     assert reports[0]["loss"][-1] < reports[0]["loss"][0] and reports[0]["accuracy"] > 0.5
+    name = "sklearn_digits-train.tfrecord" if source == "tfds" else "digits.tfrecord"
     for lines in notices(result):
-        assert len(lines) == 1 and "sklearn_digits-train.tfrecord" in lines[0], lines
+        assert len(lines) == 1 and f"model.fit(), the training data reads 1 file ({name}" \
+            in lines[0], lines

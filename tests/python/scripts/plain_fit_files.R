@@ -1,7 +1,7 @@
-# One worker of a 2-worker job: Keras' own model$fit() and model$evaluate() on the digits written
-# as a TFDS data set (one file per split), read with tensorflow_datasets' own load(), as an R user
-# writes it with reticulate.
-# usage: Rscript plain_fit_files.R OUTDIR TFDS_DIR tensorflow|ours
+# One worker of a 2-worker job: Keras' own model$fit() and model$evaluate() on the digits in one
+# file, as an R user writes it with reticulate: a TFDS data set (one file per split) read with
+# tensorflow_datasets' own load(), or a TFRecord file parsed by an R function.
+# usage: Rscript plain_fit_files.R OUTDIR TFDS_DIR|TFRECORD_FILE tensorflow|ours tfds|tfrecord
 library(tfdistributed)
 args <- commandArgs(trailingOnly = TRUE)
 outdir <- args[[1]]
@@ -11,8 +11,17 @@ strategy <- if (args[[3]] == "tensorflow") {
 } else {
   distribute_strategy("auto")
 }
-tfds <- reticulate::import("tensorflow_datasets")
-train <- tfds$load("sklearn_digits", split = "train", data_dir = args[[2]], as_supervised = TRUE)
+if (args[[4]] == "tfds") {
+  tfds <- reticulate::import("tensorflow_datasets")
+  train <- tfds$load("sklearn_digits", split = "train", data_dir = args[[2]], as_supervised = TRUE)
+} else {
+  features <- list(x = tf$io$FixedLenFeature(list(8L, 8L, 1L), tf$float32),
+                   y = tf$io$FixedLenFeature(list(), tf$int64))
+  train <- tf$data$TFRecordDataset(args[[2]])$map(function(record) {
+    example <- tf$io$parse_single_example(record, features)
+    reticulate::tuple(example$x, example$y)
+  })
+}
 train <- train$batch(64L)
 with(strategy$scope(), {
   keras$utils$set_random_seed(1L)
