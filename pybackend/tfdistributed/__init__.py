@@ -7,13 +7,14 @@
     tfd.fit(model, x, y, epochs=5, batch_size=64)
 
 Modules: strategies (by name), cluster (TF_CONFIG), data (the input plan every fit/evaluate/
-predict follows, sharding, TFDS), training (fit, evaluate and predict under any strategy), ps
+predict follows, TFDS), sharding (shard policies and the pre-flight every entry point runs),
+training (fit, evaluate and predict under any strategy), ps
 (parameter-server training on ClusterCoordinator), loops (custom training loops), generators
 (R generators served from R's main thread), served (training on a thread that R's main thread
 feeds), rcallbacks (datasets whose callbacks call R, refused where they would hang), shards
 (sharded TFRecord/CSV files), checkpoints (multi-worker-safe saving and BackupAndRestore),
 compat (the Keras 3 repairs, one module each in repairs), routing (plain model.fit under
-parameter-server strategies), launch (clusters of processes, ``python -m tfdistributed launch``;
+parameter-server strategies, and its shard pre-flight), launch (clusters of processes, ``python -m tfdistributed launch``;
 its engines are the launchers package), errors, demo_data (scikit-learn's digits as arrays or
 TFDS), rvalues (R values in Keras' own calls made from R: one table of rules), hostbed (a test
 bed of hosts), demo (``make demo``).
@@ -28,19 +29,19 @@ from . import _runtime
 _runtime.prefer_pooled_cpu_allocator()
 
 from . import (checkpoints, data, generators, loops, ray_backend, rcallbacks,  # noqa: E402
-               rvalues, served, shards, slurm)
+               rvalues, served, sharding, shards, slurm)
 from ._args import KERAS_COUNT_ARGUMENTS
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_checkpoint_writer,
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
-from .data import (SHARD_POLICIES, check_sharding, global_batch_size, load_tfds, make_dataset,
-                   shard_policy, with_shard_policy)
+from .data import global_batch_size, load_tfds, make_dataset
 from .demo_data import digits_arrays, write_digits_tfds
 from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, LaunchError,
-                     LaunchTimeoutError, ShardingError, StrategyError, TFDistributedError,
-                     TrainingError)
+                     LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
+                     TFDistributedError, TrainingError)
 from .launch import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch, run_server
 from .shards import read_shards, write_shards
+from .sharding import SHARD_POLICIES, check_sharding, shard_policy, with_shard_policy
 from .slurm import slurm_script, tf_config_from_slurm
 from .strategies import (STRATEGY_NAMES, canonical_name, configure_cpu_devices, make_strategy,
                          strategy_info, strategy_kind)
@@ -59,7 +60,8 @@ __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
     "checkpoints", "loops",
     "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
-    "GeneratorError", "ShardingError", "StrategyError", "TFDistributedError", "TrainingError",
+    "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError", "TFDistributedError",
+    "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size",
@@ -67,6 +69,7 @@ __all__ = [
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
-    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "rvalues", "served", "shards",
+    "write_digits_tfds", "write_shards", "generators", "rcallbacks", "rvalues", "served", "sharding",
+    "shards",
     "ray_backend", "slurm", "slurm_script", "tf_config_from_slurm",
 ]

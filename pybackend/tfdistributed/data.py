@@ -1,6 +1,5 @@
 """Input pipelines for distributed training: the input plan every training call follows,
-shard policies, a pre-flight shard check, global batch sizes, TFDS loading, and arrays turned
-into ``tf.data`` pipelines.
+global batch sizes, TFDS loading, and arrays turned into ``tf.data`` pipelines.
 
 **The input plan.** :func:`plan_input` is where ``fit``, ``evaluate`` and ``predict`` decide,
 once and for every strategy (the collective strategies of :mod:`tfdistributed.training` and the
@@ -12,18 +11,9 @@ sample weights); ``sample_weight`` and ``class_weight``. The returned :class:`In
 the pipelines each path needs. The caller says what the strategy is (kind, replicas in sync,
 input workers), computed once per call.
 
-**Sharding.** With several workers, TensorFlow *auto-shards* each worker's copy of the dataset:
-
-- ``"file"``: each worker reads a subset of the input files. Needs at least as many files as
-  workers, otherwise TensorFlow fails at the first step with "There aren't enough elements in
-  this dataset for each shard to have at least one element".
-- ``"data"``: each worker reads everything and keeps every n-th element. Always works.
-- ``"auto"`` (TensorFlow's default): ``"file"`` when the pipeline reads files, else ``"data"``.
-- ``"hint"``: shard where ``dataset.shard(SHARD_HINT, ...)`` says.
-- ``"off"``: no sharding; every worker sees every element.
-
-:func:`check_sharding` runs TensorFlow's own auto-shard rewrite on the dataset before training,
-so the failure above becomes our :class:`~tfdistributed.errors.ShardingError` that names the fix.
+**Sharding.** Shard policies and the pre-flight that checks (and under ``"auto"`` with too
+few files, shards by data) a dataset before a multi-worker job reads it live in
+:mod:`tfdistributed.sharding`; the plan runs that pre-flight on every dataset it builds.
 
 The demo data (scikit-learn's digits) lives in :mod:`tfdistributed.demo_data`.
 """
@@ -33,196 +23,19 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ._args import as_int, as_str
-from .errors import (ArgumentTypeError, ShardingError, TFDistributedError, TrainingError,
-                     did_you_mean)
+from .errors import ArgumentTypeError, TFDistributedError, TrainingError
 from .rcallbacks import refuse_r_generator_on_main_thread
+from .sharding import shard_for_workers, with_shard_policy
 
 _log = logging.getLogger(__name__)
 
-SHARD_POLICIES = ("auto", "file", "data", "off", "hint")
 #: Keras' default batch size, used when arrays come without one.
 DEFAULT_BATCH_SIZE = 32
-
-
-def _policy_enum(policy: str):
-    import tensorflow as tf
-
-    policy = as_str(policy, "policy")
-    key = policy.lower()
-    if key not in SHARD_POLICIES:
-        raise ShardingError(f"Unknown shard policy {policy!r}; use one of "
-                            f"{', '.join(SHARD_POLICIES)}.{did_you_mean(policy, SHARD_POLICIES)}")
-    return getattr(tf.data.experimental.AutoShardPolicy, key.upper())
-
-
-def with_shard_policy(dataset, policy: str):
-    """``dataset`` with its auto-shard policy set to ``policy`` (see the module docstring).
-
-    Args:
-        dataset: a ``tf.data.Dataset``.
-        policy: ``"auto"``, ``"file"``, ``"data"``, ``"off"`` or ``"hint"`` (any case).
-
-    Returns:
-        The dataset with the policy in its options (the elements are unchanged).
-
-    Raises:
-        ArgumentTypeError: ``dataset`` is not a ``tf.data.Dataset``.
-        ShardingError: an unknown policy (the message names the closest one).
-
-    Example:
-        >>> ds = with_shard_policy(tf.data.Dataset.range(8).batch(2), "data")    # doctest: +SKIP
-        >>> shard_policy(ds)                                                  # doctest: +SKIP
-        'data'
-    """
-    import tensorflow as tf
-
-    if not isinstance(dataset, tf.data.Dataset):
-        raise ArgumentTypeError(f"with_shard_policy() needs a tf.data.Dataset, got {type(dataset).__name__}.")
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = _policy_enum(policy)
-    return dataset.with_options(options)
-
-
-def shard_policy(dataset) -> str:
-    """The auto-shard policy name set on ``dataset`` ("auto" when none was set).
-
-    Args:
-        dataset: a ``tf.data.Dataset``.
-
-    Returns:
-        One of :data:`SHARD_POLICIES`.
-
-    Example:
-        >>> shard_policy(tf.data.Dataset.range(4))    # doctest: +SKIP
-        'auto'
-    """
-    value = dataset.options().experimental_distribute.auto_shard_policy
-    return str(getattr(value, "name", value)).lower()
-
-
-def _first_element(dataset):
-    for element in dataset.take(1):
-        return element
-    return None
-
-
-def _tf_message(error) -> str:
-    """TensorFlow's own sentence, without the function-node prefix it wraps it in."""
-    text = str(getattr(error, "message", error)).strip()
-    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)
-    return text.splitlines()[0][:300] if text else type(error).__name__
-
-
-_READER_OPS = ("TFRecordDataset", "FixedLengthRecordDataset", "TextLineDataset", "ArrayRecordDataset",
-               "CSVDataset", "ExperimentalCSVDataset")
-
-
-def _dataset_ops(dataset) -> list[str]:
-    """The op types of ``dataset``'s graph, including those inside its functions (map...)."""
-    from tensorflow.core.framework import graph_pb2
-
-    graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
-    ops = [node.op for node in graph.node]
-    for function in graph.library.function:
-        ops += [node.op for node in function.node_def]
-    return ops
-
-
-def _reads_files(dataset) -> bool:
-    """Whether the pipeline reads files (TensorFlow's condition for sharding by file)."""
-    return any(op.startswith(_READER_OPS) for op in _dataset_ops(dataset))
-
-
-def _has_memory_cache(dataset) -> bool:
-    return any(op.startswith("CacheDataset") for op in _dataset_ops(dataset))
-
-
-def _shard_failure(dataset, num_shards):
-    """TensorFlow's error for the first worker whose shard cannot be built, or None.
-
-    Checks the first and the last worker: the rewrite fails for the first when files are
-    short, and the last gets the empty remainder when elements are short.
-    """
-    import tensorflow as tf
-    from tensorflow.python.distribute import input_ops
-
-    for index in sorted({0, num_shards - 1}):
-        sharded = input_ops.auto_shard_dataset(dataset, num_shards, index, num_shards)
-        try:
-            if _first_element(sharded) is None:
-                return index, None
-        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
-            if "shard" not in str(e):
-                raise
-            return index, e
-    return None
-
-
-def check_sharding(dataset, num_shards, policy: str | None = None) -> str:
-    """Predict, before training, whether ``dataset`` can be auto-sharded over ``num_shards`` workers.
-
-    Runs TensorFlow's own auto-shard rewrite (the one ``experimental_distribute_dataset`` uses)
-    for the first and last worker and reads one element of each, so every failure TensorFlow
-    would hit at the first training step happens here, with a message naming the fix.
-
-    Args:
-        dataset: the ``tf.data.Dataset`` each worker would read (batched as for training).
-        num_shards: the number of workers (input pipelines).
-        policy: a shard policy that overrides the one set on the dataset.
-
-    Returns:
-        The policy that was checked.
-
-    Raises:
-        ShardingError: some worker would get no file or no element; the message says what to
-            change (usually: set the shard policy to ``"data"``).
-        ArgumentTypeError: ``num_shards`` is not a whole number >= 1.
-
-    Example:
-        >>> train = load_tfds("sklearn_digits", "train", data_dir).batch(64)   # doctest: +SKIP
-        >>> check_sharding(train, 2)    # one file per split  # doctest: +SKIP
-        ShardingError: ... Set the shard policy to 'data' ...
-        >>> check_sharding(train, 2, "data")                   # doctest: +SKIP
-        'data'
-    """
-    num_shards = as_int(num_shards, "num_shards", minimum=1)
-    if policy is not None:
-        dataset = with_shard_policy(dataset, policy)
-    checked = shard_policy(dataset)
-    if num_shards == 1 or checked == "off":
-        return checked
-    failure = _shard_failure(dataset, num_shards)
-    if failure is None:
-        return checked
-    index, error = failure
-    # TensorFlow words both failures alike ("not enough ... file(s)"). Under "auto" it shards by
-    # file exactly when the pipeline has a file reader, so the graph tells which one fell short.
-    files_short = checked == "file" or (checked != "data" and _reads_files(dataset))
-    if files_short:
-        raise ShardingError(
-            f"This dataset cannot be split over {num_shards} workers with the shard policy "
-            f"{checked!r}: it reads fewer input files than there are workers, so some workers "
-            f"would get no file. Set the shard policy to 'data', or write "
-            f"the data as at least {num_shards} files."
-            + (f" (TensorFlow: {_tf_message(error)})" if error is not None else ""),
-            hints={"python": "E.g. with_shard_policy(ds, 'data').",
-                   "r": 'E.g. dataset_shard_policy(ds, "data").'})
-    if _has_memory_cache(dataset):
-        raise ShardingError(
-            f"Worker {index} of {num_shards} would get no data with the shard policy {checked!r}. "
-            f"Note: this dataset caches in memory (.cache()), and TensorFlow keeps a cache whose "
-            f"first pass failed empty: if an earlier attempt on this same dataset failed, create "
-            f"the dataset again (with the shard policy 'data') instead of reusing it.")
-    raise ShardingError(
-        f"Worker {index} of {num_shards} would get no data with the shard policy {checked!r}: the "
-        f"dataset has fewer elements (batches) than there are workers. Use more data or a smaller "
-        f"batch size, or the shard policy 'off' to give every worker all of it.")
 
 
 def global_batch_size(per_replica, strategy=None) -> int:
@@ -456,7 +269,7 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
     tensorflow-datasets caches small datasets in memory by itself; unless you pass a
     ``read_config``, that is turned off here: an in-memory cache whose first pass fails (as a
     failed auto-shard does) stays empty for good, so the dataset could not be reused after
-    :func:`check_sharding` reported the problem. Add ``.cache()`` yourself after sharding.
+    :func:`~tfdistributed.sharding.check_sharding` reported the problem. Add ``.cache()`` yourself after sharding.
 
     Args:
         name: the TFDS name (``"sklearn_digits"`` for :func:`write_digits_tfds`' data).
@@ -546,7 +359,8 @@ class InputPlan:
         validation_source: which of those ``validation`` is: None, ``"dataset"`` or ``"arrays"``.
         shuffle, seed: shuffle arrays every epoch with this seed.
         shard_policy: the shard policy asked for (None: ``"data"`` for arrays, the dataset's own).
-        check_shards: run :func:`check_sharding` on datasets of a multi-worker job.
+        check_shards: run the shard pre-flight
+            (:func:`~tfdistributed.sharding.shard_for_workers`) on datasets of a multi-worker job.
     """
 
     what: str
@@ -599,7 +413,9 @@ class InputPlan:
 
         Arrays are batched with the global batch, shuffled for ``fit`` when asked, with the
         shard policy (``"data"`` by default); a dataset gets the shard policy asked for. In a
-        multi-worker job the result is checked with :func:`check_sharding` first.
+        multi-worker job the result goes through the shard pre-flight first
+        (:func:`~tfdistributed.sharding.shard_for_workers`: checked, and under ``"auto"`` with
+        fewer files than workers, sharded by data).
         """
         if self.source == "function":  # refused by plan_input except for parameter-server fit
             raise ArgumentTypeError(f"{self.what}(): a dataset function has no single dataset.")
@@ -629,10 +445,7 @@ class InputPlan:
             if self.shard_policy is not None and not self.chief_reads_whole_input:
                 dataset = with_shard_policy(dataset, self.shard_policy)
         if self.check_shards and self.workers > 1 and not self.chief_reads_whole_input:
-            try:
-                check_sharding(dataset, self.workers)
-            except ShardingError as e:
-                raise ShardingError(f"{self.what}(), {label}: {e.args[0]}", hints=e.hints) from None
+            dataset = shard_for_workers(dataset, self.workers, f"{self.what}(), {label}")
         return dataset
 
     def batches(self, validation: bool = False) -> int | None:

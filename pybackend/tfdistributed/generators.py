@@ -336,7 +336,7 @@ class BatchFeed:
         """The batches as a ``tf.data.Dataset`` with the shard policy ``"off"``."""
         import tensorflow as tf
 
-        from .data import with_shard_policy
+        from .sharding import with_shard_policy
 
         if self._spec is None:
             raise GeneratorError("The feed has no batch yet: put() the first batch before "

@@ -9,7 +9,12 @@ and its siblings); in a multi-worker job the callbacks that write files are made
 on deep inside (``batch_size=64.0``: a TensorFlow op error; a list of numbers as data:
 "Unrecognized data type" and a page of them) is refused first with a message naming the
 argument (:func:`tfdistributed._args.check_keras_call`), and a dataset over an R generator,
-which would hang on R's main thread, is refused at once.
+which would hang on R's main thread, is refused at once. In a multi-worker job a dataset (the
+data, and ``fit``'s ``validation_data``) goes through the shard pre-flight of every entry point
+(:func:`tfdistributed.sharding.shard_for_workers`), once per call, before the first step: under
+the ``"auto"`` policy, fewer files than workers means sharding by data (announced once) instead
+of TensorFlow's error at the first step, and an explicit policy that cannot work is our
+:class:`~tfdistributed.errors.ShardingError`.
 
 This is routing to :mod:`tfdistributed.training`, not a repair of Keras' own code, but it is
 installed, reported and switched off like one: training builds its record with
@@ -26,6 +31,8 @@ from .checkpoints import safe_callbacks
 from .data import check_dataset
 from .repairs import Repair
 from .repairs.common import source
+from .sharding import shard_for_workers
+from .strategies import input_workers
 from .watch.recorder import examples_per_step, recorder_for, telling_failure
 
 
@@ -55,6 +62,7 @@ def route(trainer, routes: dict) -> None:
         _refuse_r_generator(originals["fit"], self, args, kwargs, "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
+        args, kwargs = _sharded(originals["fit"], self, args, kwargs, "model.fit")
         bound = _bound(originals["fit"], self, args, kwargs)
         if bound is None:  # a wrong call: Keras' own message says which argument
             return originals["fit"](self, *args, **kwargs)
@@ -70,12 +78,15 @@ def route(trainer, routes: dict) -> None:
         _refuse_r_generator(originals["evaluate"], self, args, kwargs, "model.evaluate")
         if _is_parameter_server(self):
             return routes["evaluate"](self, *args, **kwargs)
+        if not kwargs.get("_use_cached_eval_dataset"):  # fit's validation: checked by fit
+            args, kwargs = _sharded(originals["evaluate"], self, args, kwargs, "model.evaluate")
         return originals["evaluate"](self, *args, **kwargs)
 
     def predict(self, *args, **kwargs):
         check_keras_call(originals["predict"], self, args, kwargs)
         if _is_parameter_server(self):
             return routes["predict"](self, *args, **kwargs)
+        args, kwargs = _sharded(originals["predict"], self, args, kwargs, "model.predict")
         return originals["predict"](self, *args, **kwargs)
 
     for name, patched in (("fit", fit), ("evaluate", evaluate), ("predict", predict)):
@@ -110,6 +121,26 @@ def _bound(method, model, args, kwargs):
         return inspect.signature(method).bind(model, *args, **kwargs)
     except TypeError:
         return None
+
+
+def _sharded(method, model, args, kwargs, what):
+    """``(args, kwargs)`` with each dataset among ``x`` and ``validation_data`` through the
+    shard pre-flight, in a multi-worker job (else as given, at no cost)."""
+    import tensorflow as tf
+
+    workers = input_workers(getattr(model, "_distribute_strategy", None)
+                            or tf.distribute.get_strategy())
+    if workers < 2:
+        return args, kwargs
+    bound = _bound(method, model, args, kwargs)
+    if bound is None:
+        return args, kwargs  # a wrong call: Keras' own message says which argument
+    data = "the training data" if what == "model.fit" else "the data"
+    for name, label in (("x", data), ("validation_data", "the validation data")):
+        if isinstance(bound.arguments.get(name), tf.data.Dataset):
+            bound.arguments[name] = shard_for_workers(bound.arguments[name], workers,
+                                                      f"{what}(), {label}")
+    return bound.args[1:], bound.kwargs
 
 
 def _is_parameter_server(model) -> bool:

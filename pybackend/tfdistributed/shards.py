@@ -22,7 +22,7 @@ import json
 import os
 
 from ._args import as_int, as_str
-from .data import with_shard_policy
+from .sharding import with_shard_policy
 from .errors import ArgumentTypeError, TFDistributedError
 
 FORMATS = ("tfrecord", "csv")

@@ -324,6 +324,19 @@ def strategy_kind(strategy) -> str:
                "r": 'E.g. strategy <- distribute_strategy("mirrored").'})
 
 
+def input_workers(strategy) -> int:
+    """The input pipelines ``strategy`` splits a dataset over: the workers of a multi-worker or
+    parameter-server job, else 1 (every other strategy reads one pipeline in one process).
+
+    Example:
+        >>> input_workers(make_strategy("mirrored"))    # doctest: +SKIP
+        1
+    """
+    if strategy_kind(strategy) in ("multi_worker_mirrored", "parameter_server"):
+        return int(strategy_info(strategy)["num_workers"])
+    return 1
+
+
 def strategy_info(strategy) -> dict:
     """What a strategy is: kind, replicas in sync, local devices, workers and this task."""
     kind = strategy_kind(strategy)

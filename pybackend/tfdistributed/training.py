@@ -20,7 +20,7 @@ from ._args import as_int, as_verbose
 from .cluster import is_chief
 from .data import plan_input
 from .errors import ArgumentTypeError, TrainingError
-from .strategies import strategy_info, strategy_kind
+from .strategies import input_workers, strategy_kind
 from .watch.recorder import examples_per_step, recorder_for, telling_failure
 
 
@@ -39,11 +39,8 @@ def model_strategy(model):
 def _placement(strategy) -> dict:
     """What the input plan needs to know of ``strategy``: its kind, replicas in sync, and input
     workers (the workers of a multi-worker or parameter-server job, else 1)."""
-    kind = strategy_kind(strategy)
-    workers = 1
-    if kind in ("multi_worker_mirrored", "parameter_server"):
-        workers = int(strategy_info(strategy)["num_workers"])
-    return {"kind": kind, "replicas": int(strategy.num_replicas_in_sync), "workers": workers}
+    return {"kind": strategy_kind(strategy), "replicas": int(strategy.num_replicas_in_sync),
+            "workers": input_workers(strategy)}
 
 
 def _check_model(model, strategy, what: str):
@@ -132,8 +129,10 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             multiply), and ``class_weight`` is applied as per-example weights on every strategy.
         shuffle, seed: shuffle arrays every epoch. In a multi-worker job every worker must
             shuffle alike; without a ``seed`` they share one derived from the cluster.
-        shard_policy: how a multi-worker job splits a dataset ("data" for arrays); datasets are
-            checked with :func:`check_sharding` first (``check_shards=False`` skips it).
+        shard_policy: how a multi-worker job splits a dataset ("data" for arrays); datasets go
+            through the shard pre-flight first (:func:`~tfdistributed.sharding.shard_for_workers`:
+            under "auto", fewer files than workers means sharding by data, announced once; a
+            policy that cannot work is a ShardingError), ``check_shards=False`` skips it.
         callbacks: Keras callbacks. Those that write files (``ModelCheckpoint``,
             ``BackupAndRestore``, ``TensorBoard``, ``CSVLogger``) are made multi-worker safe:
             only the chief writes to their paths.
@@ -369,7 +368,7 @@ def predict(model, x, *, strategy=None, batch_size=None, verbose=0):
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "predict")
-    plan = plan_input("predict", x, **placement, batch_size=batch_size, check_shards=False)
+    plan = plan_input("predict", x, **placement, batch_size=batch_size)
     if plan.kind == "parameter_server":
         return ps.predict_planned(model, plan)
     with strategy.scope():

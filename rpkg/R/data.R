@@ -6,10 +6,17 @@
 #'   many files as workers.
 #' * `"data"`: each worker reads everything and keeps every n-th element; always
 #'   works.
-#' * `"auto"` (TensorFlow's default): `"file"` when the pipeline reads files,
-#'   else `"data"`.
+#' * `"auto"` (TensorFlow's default): `"file"` when the pipeline reads at least
+#'   as many files as there are workers, else `"data"`, as TensorFlow documents
+#'   it. (TensorFlow itself stops at the first step when the files are too few;
+#'   every tfdistributed entry point, Keras' own `model$fit()` included, shards
+#'   by data instead and says so once per data set.) tf.data cannot tell an
+#'   `"auto"` you set from the default, so it always means the default.
 #' * `"hint"`: shard where the pipeline says; `"off"`: every worker sees
 #'   everything.
+#'
+#' A policy you set other than `"auto"` is kept; one that cannot work is an
+#' error before training (see [check_sharding()]).
 #'
 #' @param dataset A `tf.data.Dataset` (e.g. from [dataset_from_arrays()],
 #'   [dataset_from_files()] or [load_tfds()]).
@@ -34,19 +41,23 @@ shard_policy <- function(dataset) {
   with_backend(backend()$shard_policy(dataset))
 }
 
-#' Check, before training, that a dataset can be split over the workers
+#' Check, before training, how a dataset will be split over the workers
 #'
-#' Runs TensorFlow's own auto-shard rewrite for the first and last worker and
-#' reads one element each, so the failure TensorFlow would hit at the first
-#' training step ("There aren't enough elements in this dataset for each shard")
-#' happens here, as an R error naming the fix. [fit_distributed()] does this
-#' for you in multi-worker jobs.
+#' Runs the check every entry point runs in a multi-worker job
+#' ([fit_distributed()], and Keras' own `model$fit()`, `$evaluate()`,
+#' `$predict()`): TensorFlow's own auto-shard rewrite for the first and last
+#' worker, reading one element each of a copy without its `cache()` steps. A
+#' failure TensorFlow would hit at the first training step happens here, as an
+#' R error naming the fix. Under `"auto"`, fewer files than workers means
+#' sharding by data (a warning says so once per data set), as TensorFlow
+#' documents `"auto"`.
 #'
 #' @inheritParams dataset_shard_policy
 #' @param num_shards Number of workers; default from TF_CONFIG.
 #' @param policy Shard policy to check instead of the dataset's own (one of
 #'   those of [dataset_shard_policy()]).
-#' @return The policy that was checked, invisibly.
+#' @return The policy the workers will shard by, invisibly: the one checked,
+#'   or `"data"` where `"auto"` falls back to it.
 #' @family data
 #' @export
 #' @examples
@@ -55,7 +66,8 @@ shard_policy <- function(dataset) {
 #'   train <- load_tfds("sklearn_digits", "train", data_dir = dir)
 #'   # One file cannot be split over 2 workers by file: the error names the fix.
 #'   try(check_sharding(train, num_shards = 2, policy = "file"))
-#'   check_sharding(train, num_shards = 2, policy = "data")
+#'   # Under "auto" (the default), it is sharded by data instead.
+#'   print(check_sharding(train, num_shards = 2))
 #' }
 check_sharding <- function(dataset, num_shards = num_workers(), policy = NULL) {
   invisible(with_backend(backend()$check_sharding(

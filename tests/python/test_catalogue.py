@@ -81,7 +81,7 @@ CASES = [
     ("non-loopback address in a local cluster", lambda t: tfd.launch("x.py", cluster={"worker": ["10.0.0.1:2222"]}), ClusterConfigError, "127.0.0.1 only"),
     ("local cluster with ps and no chief", lambda t: tfd.local_cluster(2, ps=1), ClusterConfigError, "chief=True"),
     # data
-    ("too few files for the workers", lambda t: tfd.check_sharding(_one_file_dataset(t), 2), ShardingError, "Set the shard policy to 'data'"),
+    ("too few files for the workers", lambda t: tfd.check_sharding(_one_file_dataset(t), 2, "file"), ShardingError, "Set the shard policy to 'data'"),
     ("too few batches for the workers", lambda t: tfd.check_sharding(__import__("tensorflow").data.Dataset.range(3).batch(2), 3, "data"), ShardingError, "smaller batch size"),
     ("unknown shard policy", lambda t: tfd.with_shard_policy(__import__("tensorflow").data.Dataset.range(3), "files"), ShardingError, "Did you mean 'file'"),
     ("global batch from a double", lambda t: tfd.global_batch_size(32.0), ArgumentTypeError, "per_replica=32, not 32.0"),

@@ -53,14 +53,34 @@ def test_unknown_policy():
         tfd.with_shard_policy([1, 2], "data")
 
 
-@pytest.mark.parametrize("policy", ["auto", "file"])
-def test_one_file_split_cannot_be_file_sharded(digits_tfds_dir, policy):
-    ds = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir, shard_policy=policy).batch(32)
+def test_one_file_split_cannot_be_file_sharded(digits_tfds_dir):
+    ds = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir, shard_policy="file").batch(32)
     with pytest.raises(ShardingError) as info:
         tfd.check_sharding(ds, 2)
     message = str(info.value)
     assert "Set the shard policy to 'data'" in message and "2 workers" in message
     assert "1 file" in message  # TensorFlow's own diagnosis is kept
+
+
+def test_one_file_split_under_auto_is_sharded_by_data_with_one_notice(digits_tfds_dir):
+    """AUTO as TensorFlow documents it: FILE, falling back to DATA (which TensorFlow does not do
+    when files are short); said once per data set, naming it, the workers and the choices."""
+    import warnings
+
+    ds = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir).batch(32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert tfd.check_sharding(ds, 3) == "data"
+        assert tfd.check_sharding(ds, 3, "auto") == "data"  # an explicit "auto" is the default
+        sharded = tfd.sharding.shard_for_workers(ds, 3, "fit(), the training data")
+    assert tfd.shard_policy(sharded) == "data" and tfd.shard_policy(ds) == "auto"
+    notices = [w for w in caught if issubclass(w.category, tfd.ShardingWarning)]
+    assert len(notices) == 1, [str(w.message) for w in notices]
+    message = str(notices[0].message)
+    assert message.startswith("This dataset reads 1 file (sklearn_digits-train.tfrecord-")
+    assert "for 3 workers" in message and "'file' with >= 3 files" in message
+    assert "R: dataset_shard_policy()" in message
+    assert notices[0].filename == __file__  # the warning names the user's line
 
 
 @pytest.mark.parametrize("policy", ["data", "off"])
@@ -81,7 +101,7 @@ def test_too_few_batches_for_the_workers():
 
     ds = tf.data.Dataset.range(10).batch(8)  # 2 batches
     assert tfd.check_sharding(ds, 2, "data") == "data"
-    with pytest.raises(ShardingError, match="Worker 0 of 3 would get no data"):
+    with pytest.raises(ShardingError, match="worker 0 of 3 would get no data"):
         tfd.check_sharding(ds, 3, "data")
     # "auto" without files shards by element, so the same diagnosis applies.
     with pytest.raises(ShardingError, match="fewer elements"):
@@ -121,10 +141,14 @@ def test_make_dataset_from_arrays():
 
 
 def test_dataset_is_reusable_after_a_failed_check(digits_tfds_dir):
-    ds = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir)
+    """The pre-flight reads a copy without caches: tfds.load() caches small data sets in memory
+    by default, and a cache whose first pass failed or stopped early stays empty for good."""
+    import tensorflow_datasets as tfds
+
+    ds = tfds.load("sklearn_digits", split="train", data_dir=digits_tfds_dir, as_supervised=True)
     with pytest.raises(ShardingError, match="'data'"):
-        tfd.check_sharding(ds, 2)
-    assert tfd.check_sharding(ds, 2, "data") == "data"
+        tfd.check_sharding(ds, 2, "file")
+    assert tfd.check_sharding(ds, 2) == "data"
     assert sum(1 for _ in ds) == 1347
 
 
@@ -270,9 +294,12 @@ def test_plan_checks_shards_of_a_multi_worker_dataset(digits_tfds_dir):
     from tfdistributed.data import plan_input
 
     train = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir).batch(32)
-    plan = plan_input("fit", train, kind="multi_worker_mirrored", workers=2)
-    with pytest.raises(ShardingError, match="fit\\(\\), the training data: .*'data'"):
+    plan = plan_input("fit", train, kind="multi_worker_mirrored", workers=2, shard_policy="file")
+    with pytest.raises(ShardingError, match="fit\\(\\), the training data cannot .*'data'"):
         plan.dataset()
+    # "auto" (the dataset's own) falls back to sharding by data, as TensorFlow documents it.
+    assert tfd.shard_policy(plan_input("fit", train, kind="multi_worker_mirrored",
+                                       workers=2).dataset()) == "data"
     assert tfd.shard_policy(plan_input("fit", train, kind="multi_worker_mirrored", workers=2,
                                        shard_policy="data").dataset()) == "data"
     # The parameter-server chief evaluates by itself: nothing to shard there.

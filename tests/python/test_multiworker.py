@@ -86,21 +86,29 @@ def test_same_job_fails_without_the_repair(tmp_path, disabled, symptom):
     assert symptom in output
 
 
-def test_one_file_split_auto_fails_fast_with_our_message(tmp_path, digits_tfds_dir):
+def test_one_file_split_file_policy_fails_fast_with_our_message(tmp_path, digits_tfds_dir):
     with pytest.raises(tfd.LaunchError) as info:
-        run_job(tmp_path, "--source", "tfds", "--data-dir", digits_tfds_dir, "--policy", "auto")
+        run_job(tmp_path, "--source", "tfds", "--data-dir", digits_tfds_dir, "--policy", "file")
     message = str(info.value)
     assert "ShardingError" in message and "Set the shard policy to 'data'" in message
     # Caught before training: no epoch ever started.
     assert not any("Epoch 1" in line for t in info.value.results for line in t.output)
 
 
-def test_one_file_split_trains_with_data_policy(tmp_path, digits_tfds_dir):
-    result = run_job(tmp_path, "--source", "tfds", "--data-dir", digits_tfds_dir, "--policy", "data",
+@pytest.mark.parametrize("policy", ["data", "auto"])
+def test_one_file_split_trains_with_data_policy(tmp_path, digits_tfds_dir, policy):
+    """Under "auto" (TensorFlow's default) too: too few files to shard by file means sharding
+    by data, said once on each worker; an explicit "data" says nothing."""
+    result = run_job(tmp_path, "--source", "tfds", "--data-dir", digits_tfds_dir, "--policy", policy,
                      "--epochs", "2")
     outputs = read_outputs(tmp_path)
     assert [t.returncode for t in result.tasks] == [0, 0]
     assert outputs["worker-0"]["metrics"]["accuracy"] > 0.8
+    for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
+        np.testing.assert_array_equal(a, b)
+    notices = [sum("too few to shard by file: sharded by data" in line for line in task.output)
+               for task in result.tasks]
+    assert notices == ([1, 1] if policy == "auto" else [0, 0])
 
 
 def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path):
