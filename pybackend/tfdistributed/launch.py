@@ -23,6 +23,7 @@ from .launchers import engine
 from .launchers.base import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult
 from .launchers.local import LaunchPlan, TaskPlan
 from .launchers.restarts import run
+from .watch import join
 
 __all__ = ["DEFAULT_TIMEOUT", "PREEMPTED_EXIT_CODE", "LaunchPlan", "LaunchResult", "TaskPlan",
            "TaskResult", "launch", "run_server"]
@@ -33,7 +34,7 @@ DEFAULT_TIMEOUT = 900.0
 def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max_restarts=0,
            env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
            rscript="Rscript", cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False,
-           backend="local", **backend_options):
+           backend="local", join_timeout=None, **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
@@ -87,6 +88,10 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             (:func:`tfdistributed.cluster.check_own_address`). At the timeout, the list of
             tasks that never joined cannot see sockets on other hosts: it names them all.
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
+        join_timeout: seconds each multi-worker task waits for the others to join its strategy
+            (``TFDISTRIBUTED_JOIN_TIMEOUT`` in every task; default 300): meanwhile a waiting
+            task names, every 15 s, the tasks it still waits for and what the network
+            answers, then fails with ``JoinTimeoutError`` naming them (every backend).
         show_all: also stream TensorFlow's C++ start-up lines (always kept in ``output``).
         backend: ``"local"`` (this machine), ``"slurm"`` (a job submitted with sbatch:
             :func:`tfdistributed.launchers.slurm.launch_slurm`) or ``"ray"`` (Ray actors:
@@ -119,6 +124,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         1
     """
     max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
+    join_timeout = join.as_timeout(join_timeout)
+    if join_timeout is not None:
+        env = {**dict(env or {}), join.ENV: f"{join_timeout:g}"}
     common = dict(timeout=timeout, max_restarts=max_restarts, env=env, args=args,
                   on_output=on_output, echo=echo, python=python, rscript=rscript, cwd=cwd,
                   show_all=show_all)

@@ -26,6 +26,7 @@ from .checkpoints import safe_callbacks
 from .data import check_dataset
 from .repairs import Repair
 from .repairs.common import source
+from .watch.tfconfig import check_not_alone
 
 
 def strategy_aware_fit(fit_from_keras: Callable, evaluate_from_keras: Callable,
@@ -52,6 +53,7 @@ def route(trainer, routes: dict) -> None:
     def fit(self, *args, **kwargs):
         check_keras_call(originals["fit"], self, args, kwargs)
         _refuse_r_generator(originals["fit"], self, args, kwargs, "model.fit")
+        check_not_alone(_strategy(self), "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
         if "callbacks" in kwargs:
@@ -96,6 +98,13 @@ def _refuse_r_generator(method, model, args, kwargs, what) -> None:
     for name in ("x", "validation_data"):
         if isinstance(bound.get(name), tf.data.Dataset):
             check_dataset(bound[name], what)
+
+
+def _strategy(model):
+    """The strategy Keras trains ``model`` under: the one it was built in, else the current."""
+    import tensorflow as tf
+
+    return getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
 
 
 def _is_parameter_server(model) -> bool:

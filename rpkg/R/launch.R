@@ -15,6 +15,7 @@
 #'
 #' @param script Path of a `.R` or `.py` training script.
 #' @inheritParams local_cluster
+#' @inheritParams distribute_strategy
 #' @param timeout Seconds for the whole job; then every process is stopped.
 #'   `NULL`: the backend's default (15 minutes).
 #' @param env Named character vector of extra environment variables for every task.
@@ -71,7 +72,8 @@
 #' }
 launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
                            env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
-                           max_restarts = 0, cluster = NULL, hosts = NULL) {
+                           max_restarts = 0, cluster = NULL, hosts = NULL,
+                           join_timeout = NULL) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)
@@ -93,6 +95,7 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     on_output = on_output, echo = FALSE, rscript = file.path(R.home("bin"), "Rscript"),
     backend = as_string(backend), max_restarts = as_integer(max_restarts)),
     if (!is.null(timeout)) list(timeout = as_number(timeout)),
+    if (!is.null(join_timeout)) list(join_timeout = as_number(join_timeout)),
     if (!is.null(cluster)) list(cluster = cluster_to_py(cluster)),
     if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)), options)
   result <- with_backend(do.call(backend()$launch, arguments))
