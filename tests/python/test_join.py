@@ -148,3 +148,24 @@ def test_a_peer_that_never_starts_is_named_then_the_join_times_out():
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     error, lines = _launch_one_of_two(cluster, 45)
     check_named(error, lines, f"worker 1 at 127.0.0.1:{ports[1]}", "connection refused")
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_a_host_whose_link_is_down_is_named_then_the_join_times_out():
+    import subprocess
+
+    from tfdistributed import hostbed
+
+    try:
+        bed = hostbed.HostBed(2).up()
+    except hostbed.HostBedError as e:
+        pytest.fail(f"The test bed of hosts could not be built: {e}", pytrace=False)
+    try:
+        down = bed.hosts[1]
+        subprocess.run(["ip", "-n", down.name, "link", "set", "eth0", "down"], check=True,
+                       timeout=20)
+        error, lines = _launch_one_of_two(bed.cluster(2), 45, hosts=bed.launch_hosts())
+    finally:
+        bed.down()
+    check_named(error, lines, f"worker 1 at {down.address}:2222", "(no route to host|timed out)")
