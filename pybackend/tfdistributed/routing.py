@@ -8,8 +8,10 @@ and its siblings); in a multi-worker job the callbacks that write files are made
 (:func:`tfdistributed.checkpoints.safe_callbacks`). Under every strategy, what Keras would fail
 on deep inside (``batch_size=64.0``: a TensorFlow op error; a list of numbers as data:
 "Unrecognized data type" and a page of them) is refused first with a message naming the
-argument (:func:`tfdistributed._args.check_keras_call`), and a dataset over an R generator,
-which would hang on R's main thread, is refused at once.
+argument (:func:`tfdistributed._args.check_keras_call`), a dataset over an R generator,
+which would hang on R's main thread, is refused at once, and so is a multi-worker strategy
+built for 1 worker in a task whose TF_CONFIG names several
+(:func:`tfdistributed.watch.tfconfig.check_not_alone`).
 
 This is routing to :mod:`tfdistributed.training`, not a repair of Keras' own code, but it is
 installed, reported and switched off like one: training builds its record with

@@ -6,7 +6,7 @@ default for an hour. Here, while it waits:
 
 - after :data:`FIRST_NOTICE` seconds (a normal join on a busy 2-core machine takes 10+ s, so
   the normal suite prints nothing) and then every :data:`NOTICE_INTERVAL` seconds, the task
-  prints one line naming the tasks it may still wait for, with their addresses and what the
+  prints (through a helper process, :class:`Watcher`) one line naming the tasks it may still wait for, with their addresses and what the
   network answers when it connects to each (:func:`probe`): connection refused (nothing
   listens: not started, crashed, a wrong port), no route or timed out (a wrong address, a
   host or link down, a firewall);
@@ -215,13 +215,16 @@ def _python() -> str:
 
 
 def with_join_timeout(original):
-    """``Context.configure_coordination_service`` with our join timeout when the caller gave
-    none (0: TensorFlow's hour), registration made a barrier so every task times out."""
+    """``Context.configure_coordination_service`` with our join timeout when a multi-worker
+    strategy's join (:func:`watched_join`) calls it without one (0: TensorFlow's hour),
+    registration made a barrier so every task times out. Other callers (parameter-server
+    strategies, ``connect_to_cluster``) are left as they are."""
     if getattr(original, "__tfdistributed_original__", None) is not None:
         return original
 
     def configure_coordination_service(self, service_type, *args, **kwargs):
-        ours = not args[2:3] and not kwargs.get("cluster_register_timeout_in_ms")
+        ours = (getattr(_state, "joining", False) and not args[2:3]
+                and not kwargs.get("cluster_register_timeout_in_ms"))
         if ours:
             kwargs["cluster_register_timeout_in_ms"] = int(join_timeout() * 1000)
         result = original(self, service_type, *args, **kwargs)
@@ -251,6 +254,7 @@ def watched_join(original):
             return original(self, cluster_resolver)  # TensorFlow's own error says what is missing
         tasks = peers(cluster_resolver.cluster_spec().as_dict(), task_type, task_id)
         with Watcher(f"{task_type} {task_id}", tasks, join_timeout()) as watcher:
+            _state.joining = True
             try:
                 return original(self, cluster_resolver)
             except errors.DeadlineExceededError:
@@ -258,6 +262,8 @@ def watched_join(original):
                 if config is not None and config.cluster_register_timeout_in_ms:
                     watcher.seconds = config.cluster_register_timeout_in_ms / 1000
                 raise watcher.error() from None
+            finally:
+                _state.joining = False
 
     _initialize_multi_worker.__tfdistributed_original__ = original
     _initialize_multi_worker.__wrapped__ = original
