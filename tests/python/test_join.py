@@ -169,3 +169,39 @@ def test_a_host_whose_link_is_down_is_named_then_the_join_times_out():
     finally:
         bed.down()
     check_named(error, lines, f"worker 1 at {down.address}:2222", "(no route to host|timed out)")
+
+
+LIVE = """
+import ctypes, json, sys
+ctypes.CDLL(None).setenv(b"TF_CONFIG", json.dumps({config}).encode(), 1)  # as R's Sys.setenv()
+if sys.argv[1] == "with":
+    import tfdistributed
+import tensorflow as tf
+print(json.dumps(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec().as_dict()))
+"""
+
+
+def test_without_tfdistributed_tensorflow_misses_the_tf_config_set_behind_pythons_back():
+    # The defect is real in the installed TensorFlow: a fresh process, TF_CONFIG set in the C
+    # environment after Python started, is invisible to TensorFlow alone.
+    import subprocess
+    import sys
+
+    code = LIVE.format(config=repr(TWO))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    seen = {}
+    for how in ("without", "with"):
+        done = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"without": {}, "with": TWO["cluster"]}
+
+
+def test_the_join_timeout_set_behind_pythons_back_is_read(monkeypatch):
+    monkeypatch.delenv(join.ENV, raising=False)
+    try:
+        c_setenv(join.ENV, "75")
+        assert join.join_timeout() == 75.0
+    finally:
+        c_setenv(join.ENV, None)

@@ -72,3 +72,25 @@ def test_launch_cluster_passes_a_whole_double_join_timeout_to_every_task(tmp_pat
     assert done.returncode == 0, output[-3000:]
     assert "join timeout 40" in output
     assert "`join_timeout` must be a single number" in output
+
+
+def test_a_strategy_built_before_tf_config_refuses_to_train_alone_from_r():
+    done = _r("""
+    library(tfdistributed)
+    tf <- reticulate::import("tensorflow")
+    strategy <- tf$distribute$MultiWorkerMirroredStrategy()   # no TF_CONFIG yet: 1 worker
+    Sys.setenv(TF_CONFIG = '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                             "task": {"type": "worker", "index": 0}}')
+    with(strategy$scope(), {
+      model <- keras$Sequential(list(keras$Input(shape = list(3L)), keras$layers$Dense(1L)))
+      model$compile(optimizer = "sgd", loss = "mse")
+    })
+    x <- matrix(0, 8, 3)
+    y <- matrix(0, 8, 1)
+    cat("error:", tryCatch({model$fit(x, y, verbose = 0L); "none"}, error = conditionMessage), "\\n")
+    """)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "error: model.fit: This process's TF_CONFIG names 2 training tasks" in output, output[-3000:]
+    assert "built for 1 worker" in output
+    assert 'Sys.setenv(TF_CONFIG = ...) first, then strategy <- distribute_strategy("auto")' in output

@@ -73,7 +73,8 @@ def join_timeout() -> float:
     explicit = getattr(_state, "timeout", None)
     if explicit is not None:
         return explicit
-    value = os.environ.get(ENV, "").strip()
+    # The process's value: a hand-started R job may Sys.setenv() it after Python started.
+    value = (tfconfig.process_getenv(ENV) or "").strip()
     return as_timeout(value, ENV) if value else DEFAULT_JOIN_TIMEOUT
 
 
