@@ -137,12 +137,20 @@ def notice(me: str, tasks, waited: float, left: float) -> str:
             f"Join timeout in {left:.0f} s ({ENV}, join_timeout=).")
 
 
+# The watching process sleeps until the first notice before it imports anything: a normal join
+# ends sooner and kills it, so it costs the task no more than an interpreter's start.
+_BOOTSTRAP = ("import json, os, sys, time; spec = json.loads(sys.argv[-1]); "
+              "time.sleep(spec['waited']); "
+              "os.getppid() == spec['parent'] or sys.exit(0); "
+              "from tfdistributed.watch.join import watch_main; watch_main()")
+
+
 def watch_main(argv=None) -> None:
-    """The watching process: prints :func:`notice` at its steady interval while its parent
-    (the task) lives, until the join timeout (argv: one JSON object, see :class:`Watcher`)."""
+    """The watching process, after its first sleep: prints :func:`notice` at its steady
+    interval while its parent (the task) lives, until the join timeout (argv: one JSON object,
+    see :class:`Watcher`)."""
     spec = json.loads((argv or sys.argv)[-1])
     started, parent = time.monotonic(), spec["parent"]
-    time.sleep(spec["first"])
     while os.getppid() == parent:
         waited = spec["waited"] + time.monotonic() - started
         if waited >= spec["seconds"]:
@@ -167,7 +175,7 @@ class Watcher:
     def __init__(self, me: str, tasks: list[tuple[str, str]], seconds: float, *,
                  first=FIRST_NOTICE, interval=NOTICE_INTERVAL):
         self.me, self.tasks, self.seconds = me, tasks, seconds
-        self.first, self.interval = first, interval
+        self.first, self.interval = first, interval  # seconds to the first notice, between
         self._process = None
         self.started = time.monotonic()
 
@@ -177,14 +185,14 @@ class Watcher:
         import subprocess
 
         spec = dict(me=self.me, tasks=self.tasks, seconds=self.seconds, first=self.first,
-                    interval=self.interval, parent=os.getpid(), waited=0.0)
+                    interval=self.interval, parent=os.getpid(), waited=self.first)
         package_dir = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [package_dir, *filter(None, [os.environ.get("PYTHONPATH")])])}
         try:
             self._process = subprocess.Popen(
-                [_python(), "-c", "from tfdistributed.watch.join import watch_main; "
-                 "watch_main()", json.dumps(spec)], stdin=subprocess.DEVNULL, env=env)
+                [_python(), "-c", _BOOTSTRAP, json.dumps(spec)], stdin=subprocess.DEVNULL,
+                env=env)
         except OSError as e:  # no interpreter to run it: the join still times out, silently
             print(f"[tfdistributed] cannot watch the join ({e})", file=sys.stderr, flush=True)
         return self
