@@ -177,7 +177,6 @@ class Watcher:
         self.me, self.tasks, self.seconds = me, tasks, seconds
         self.first, self.interval = first, interval  # seconds to the first notice, between
         self._process = None
-        self.started = time.monotonic()
 
     def __enter__(self):
         if not self.tasks:
