@@ -36,8 +36,8 @@ from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_c
                       validate_cluster, validate_tf_config)
 from .data import global_batch_size, load_tfds, make_dataset
 from .demo_data import digits_arrays, write_digits_tfds
-from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, LaunchError,
-                     LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
+from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, JoinTimeoutError,
+                     LaunchError, LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
                      TFDistributedError, TrainingError)
 from .launch import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch, run_server
 from .shards import read_shards, write_shards
@@ -56,12 +56,19 @@ from . import compat as _compat, training as _training  # noqa: E402
 
 _compat.install(_training.STRATEGY_AWARE_FIT)
 
+# TensorFlow reads the TF_CONFIG the process has now (R's Sys.setenv() after Python started
+# included) and a task waiting for its peers says so, until a join timeout (watch/join.py):
+# in place from now on, or as soon as TensorFlow is imported.
+from .watch import join as _join  # noqa: E402
+
+_join.install()
+
 __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
     "checkpoints", "loops",
-    "ArgumentTypeError", "ClusterConfigError", "LaunchError", "LaunchTimeoutError",
-    "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError", "TFDistributedError",
-    "TrainingError",
+    "ArgumentTypeError", "ClusterConfigError", "JoinTimeoutError", "LaunchError",
+    "LaunchTimeoutError", "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError",
+    "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size",

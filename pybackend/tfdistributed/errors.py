@@ -59,6 +59,11 @@ class ClusterConfigError(TFDistributedError, ValueError):
     """TF_CONFIG or a cluster description is malformed or inconsistent."""
 
 
+class JoinTimeoutError(ClusterConfigError, TimeoutError):
+    """A task of a multi-worker job gave up waiting for the others to join (the join timeout);
+    the message names the missing tasks, their addresses and what the network answered."""
+
+
 class ShardingError(TFDistributedError, ValueError):
     """A dataset cannot be sharded over the workers with the chosen policy."""
 

@@ -23,6 +23,7 @@ from .launchers import engine
 from .launchers.base import PREEMPTED_EXIT_CODE, LaunchResult, TaskResult
 from .launchers.local import LaunchPlan, TaskPlan
 from .launchers.restarts import run
+from .watch import join
 from .watch.collector import DEFAULT_STALL_WARNING, job_watch, task_env
 
 __all__ = ["DEFAULT_TIMEOUT", "PREEMPTED_EXIT_CODE", "LaunchPlan", "LaunchResult", "TaskPlan",
@@ -35,7 +36,7 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
            env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
            rscript="Rscript", cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False,
            backend="local", progress=True, stall_warning=DEFAULT_STALL_WARNING,
-           stall_timeout=None, tensorboard=None, **backend_options):
+           stall_timeout=None, tensorboard=None, join_timeout=None, **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
@@ -89,6 +90,10 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             (:func:`tfdistributed.cluster.check_own_address`). At the timeout, the list of
             tasks that never joined cannot see sockets on other hosts: it names them all.
         grace: seconds between SIGTERM and SIGKILL when stopping tasks.
+        join_timeout: seconds each multi-worker task waits for the others to join its strategy
+            (``TFDISTRIBUTED_JOIN_TIMEOUT`` in every task; default 300): meanwhile a waiting
+            task names, every 15 s, the tasks it still waits for and what the network
+            answers, then fails with ``JoinTimeoutError`` naming them (every backend).
         show_all: also stream TensorFlow's C++ start-up lines and each task's Keras progress
             lines (always kept in ``output``).
         progress: one progress display for the whole job instead of each task's Keras progress
@@ -139,6 +144,9 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         1
     """
     max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
+    join_timeout = join.as_timeout(join_timeout)
+    if join_timeout is not None:
+        env = {**dict(env or {}), join.ENV: f"{join_timeout:g}"}
     watch = job_watch(progress, stall_warning, echo=echo, on_output=on_output,
                       tensorboard=tensorboard)
     env = {**task_env(watch.stall_warning, stall_timeout), **(env or {})}

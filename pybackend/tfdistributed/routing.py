@@ -14,7 +14,9 @@ data, and ``fit``'s ``validation_data``) goes through the shard pre-flight of ev
 (:func:`tfdistributed.sharding.shard_for_workers`), once per call, before the first step: under
 the ``"auto"`` policy, fewer files than workers means sharding by data (announced once) instead
 of TensorFlow's error at the first step, and an explicit policy that cannot work is our
-:class:`~tfdistributed.errors.ShardingError`.
+:class:`~tfdistributed.errors.ShardingError`. A multi-worker strategy built for 1 worker in a
+task whose TF_CONFIG names several is refused too
+(:func:`tfdistributed.watch.tfconfig.check_not_alone`).
 
 This is routing to :mod:`tfdistributed.training`, not a repair of Keras' own code, but it is
 installed, reported and switched off like one: training builds its record with
@@ -34,6 +36,7 @@ from .repairs.common import source
 from .sharding import shard_for_workers
 from .strategies import input_workers
 from .watch.recorder import examples_per_step, recorder_for, telling_failure
+from .watch.tfconfig import check_not_alone
 
 
 def strategy_aware_fit(fit_from_keras: Callable, evaluate_from_keras: Callable,
@@ -60,6 +63,7 @@ def route(trainer, routes: dict) -> None:
     def fit(self, *args, **kwargs):
         check_keras_call(originals["fit"], self, args, kwargs)
         _refuse_r_generator(originals["fit"], self, args, kwargs, "model.fit")
+        check_not_alone(_strategy(self), "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
         args, kwargs = _sharded(originals["fit"], self, args, kwargs, "model.fit")
@@ -141,6 +145,13 @@ def _sharded(method, model, args, kwargs, what):
             bound.arguments[name] = shard_for_workers(bound.arguments[name], workers,
                                                       f"{what}(), {label}")
     return bound.args[1:], bound.kwargs
+
+
+def _strategy(model):
+    """The strategy Keras trains ``model`` under: the one it was built in, else the current."""
+    import tensorflow as tf
+
+    return getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
 
 
 def _is_parameter_server(model) -> bool:

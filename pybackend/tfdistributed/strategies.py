@@ -31,6 +31,7 @@ from . import compat, slurm_env
 from ._args import as_int
 from .cluster import check_own_address, num_workers, read_tf_config, sync_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
+from .watch import join
 
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage",
                   "multi_worker_mirrored", "parameter_server", "tpu", "auto")
@@ -265,7 +266,8 @@ _MAKERS = {
 }
 
 
-def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_resolver=None, **kw):
+def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_resolver=None,
+                  join_timeout=None, **kw):
     """A ``tf.distribute.Strategy`` from its name (see the module docstring for the names).
 
     Args:
@@ -275,6 +277,10 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
             machine gets several replicas (must come before TensorFlow initializes).
         cluster_resolver: for ``multi_worker_mirrored``, ``parameter_server``, ``tpu``; by
             default TF_CONFIG is read (and validated).
+        join_timeout: for ``multi_worker_mirrored``: seconds to wait for every task of the
+            cluster to join (default ``TFDISTRIBUTED_JOIN_TIMEOUT``, else 300); meanwhile the
+            task names the tasks it still waits for, then fails with ``JoinTimeoutError``
+            (see :mod:`tfdistributed.watch.join`).
         **kw: passed to the kind's constructor: ``cross_device_ops`` (mirrored),
             ``parameter_device`` (central_storage), ``communication_options``
             (multi_worker_mirrored), ``variable_partitioner`` (parameter_server), ``tpu``.
@@ -297,7 +303,8 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
         slurm_env.set_tf_config_from_slurm_if_needed()
     if kind == "auto":
         kind = _auto_kind(num_cpu_devices)
-    return _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
+    with join.timeout(join_timeout):
+        return _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
 
 
 def strategy_kind(strategy) -> str:

@@ -22,6 +22,7 @@ from .data import plan_input
 from .errors import ArgumentTypeError, TrainingError
 from .strategies import input_workers, strategy_kind
 from .watch.recorder import examples_per_step, recorder_for, telling_failure
+from .watch.tfconfig import check_not_alone
 
 
 def model_strategy(model):
@@ -176,6 +177,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "fit")
+    check_not_alone(strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
     save_freq = _check_save_freq(save_freq, backup_dir)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)

@@ -18,6 +18,7 @@
 #'
 #' @param script Path of a `.R` or `.py` training script.
 #' @inheritParams local_cluster
+#' @inheritParams distribute_strategy
 #' @param timeout Seconds for the whole job; then every process is stopped.
 #'   `NULL`: the backend's default (15 minutes).
 #' @param env Named character vector of extra environment variables for every task.
@@ -109,7 +110,7 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
                            env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
                            max_restarts = 0, cluster = NULL, hosts = NULL, progress = TRUE,
                            stall_warning = 60, stall_timeout = NULL, show_all = FALSE,
-                           tensorboard = NULL) {
+                           tensorboard = NULL, join_timeout = NULL) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)
@@ -134,6 +135,7 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     progress = progress_mode(progress), stall_warning = as_number(stall_warning),
     stall_timeout = as_number(stall_timeout), show_all = as_flag(show_all)),
     if (!is.null(timeout)) list(timeout = as_number(timeout)),
+    if (!is.null(join_timeout)) list(join_timeout = as_number(join_timeout)),
     if (!is.null(cluster)) list(cluster = cluster_to_py(cluster)),
     if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)),
     if (!is.null(tensorboard)) list(tensorboard = path.expand(as_string(tensorboard))), options)

@@ -23,6 +23,13 @@
 #'   `central_storage`, e.g. `c("/cpu:0", "/cpu:1")`.
 #' @param num_cpu_devices Split the CPU into this many logical devices first, so
 #'   a CPU-only machine gets several replicas.
+#' @param join_timeout Seconds a task of a multi-worker job waits for the
+#'   others to join (default: the environment variable
+#'   `TFDISTRIBUTED_JOIN_TIMEOUT`, else 300). While it waits, it prints every
+#'   15 s which tasks it still waits for, at which address, and what the network
+#'   answers (connection refused: nothing listens there; no route or timed out:
+#'   a wrong address, a host down, a firewall); then it fails with an error
+#'   naming them.
 #' @param ... Passed to the strategy constructor: `cross_device_ops`
 #'   (mirrored), `parameter_device` (central_storage), `communication_options`
 #'   (multi_worker_mirrored), `variable_partitioner` (parameter_server), `tpu`,
@@ -43,11 +50,13 @@
 #'   # A misspelt name is an R error with the closest valid one:
 #'   try(distribute_strategy("mirorred"))
 #' }
-distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL, ...) {
+distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL, ...,
+                                join_timeout = NULL) {
   strategy <- with_backend(backend()$make_strategy(
     as_string(name),
     devices = if (is.character(devices)) py_list(devices) else devices,
     num_cpu_devices = as_integer(num_cpu_devices),
+    join_timeout = as_number(join_timeout),
     ...
   ))
   as_tfdistributed_strategy(strategy)

@@ -28,7 +28,12 @@ EXPECTED = {
                      "Set the shard policy to 'data'",
                      "Task worker 1 was killed by signal 9", "epochs run here: 3 4 5",
                      'TF_CONFIG["task"]["index"] = 3 is out of range',
-                     '{"cluster": {"chief": ["cmle-training-master-0:2222"]'],
+                     '{"cluster": {"chief": ["cmle-training-master-0:2222"]',
+                     "[tfdistributed] worker 0 has waited", ": connection refused: nothing listens",
+                     "worker 0 gave up joining the job after 40 s",
+                     "worker 0 waits in step 7 for another task. worker 1 has not begun step 7 "
+                     "(its last was 6): it is in a callback or in the code between two steps, at "
+                     "a callback's on_train_batch_end, in R code", "StallError: no step for"],
     "parameter-server": ["coordinator: test accuracy", "data:image/png;base64",
                          "/job:ps/replica:0/task:0",
                          "/job:ps/replica:0/task:1", "<tfdistributed strategy: parameter_server>"],

@@ -46,6 +46,10 @@ test_that("wrong strategy arguments are R errors with our message", {
   expect_error(distribute_strategy("mirrored", devices = 1), "`devices` for 'mirrored' must be a device string or a list of them",
                class = "tfdistributed_error")
   expect_error(distribute_strategy("mirrored", bogus = 1), "Unknown argument", class = "tfdistributed_error")
+  expect_error(distribute_strategy("mirrored", join_timeout = "soon"), "`join_timeout` must be a single number",
+               class = "tfdistributed_error")
+  expect_error(distribute_strategy("mirrored", join_timeout = 0), "`join_timeout` must be a number of seconds > 0",
+               class = "tfdistributed_error")
   # The message is ours alone: no Python traceback, no reticulate hint.
   message <- tryCatch(distribute_strategy("nope"), error = conditionMessage)
   expect_false(grepl("Traceback|py_last_error", message))

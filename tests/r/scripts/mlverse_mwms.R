@@ -3,12 +3,18 @@
 # MultiWorkerMirroredStrategy, and Keras' own model$fit() on digits_data() as it comes (an R
 # array and an R integer vector of labels) with `batch_size = 64 * num_workers`, an R double.
 # The one line added for tfdistributed is library(tfdistributed).
-# Usage: Rscript mlverse_mwms.R INDEX PORT0,PORT1 OUT_DIR
+# With a 4th argument "late", Python and TensorFlow start before TF_CONFIG is set (as after any
+# earlier reticulate call), which TensorFlow alone never sees (issue 30).
+# Usage: Rscript mlverse_mwms.R INDEX PORT0,PORT1 OUT_DIR [late]
 library(tfdistributed)
 args <- commandArgs(trailingOnly = TRUE)
 index <- as.integer(args[[1]])
 ports <- strsplit(args[[2]], ",")[[1]]
 out_dir <- args[[3]]
+if (length(args) >= 4 && args[[4]] == "late") {
+  tf <- reticulate::import("tensorflow")
+  cat("TensorFlow", tf$version$VERSION, "started before TF_CONFIG is set\n")
+}
 
 num_workers <- length(ports)
 Sys.setenv(TF_CONFIG = jsonlite::toJSON(list(
@@ -43,5 +49,6 @@ weights <- model$get_weights()
 names(weights) <- paste0("w", seq_along(weights))
 do.call(np$savez, c(list(file.path(out_dir, sprintf("worker-%d.npz", index)),
                          loss = unlist(history$history$loss), score = unlist(score),
+                         replicas = strategy$num_replicas_in_sync,
                          predicted = max.col(predictions) - 1L, labels = d$test$y),
                     weights))

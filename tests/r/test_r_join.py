@@ -1,0 +1,96 @@
+"""Joining a multi-worker job from R (issue 30): TF_CONFIG set with Sys.setenv() after Python
+started reaches TensorFlow's own MultiWorkerMirroredStrategy, and join_timeout is R's too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import portpicker
+import pytest
+
+from rsupport import ROOT, r_env
+from test_r_values import SCRIPTS, _rscript, _wait_all
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_mlverse_program_with_tf_config_set_after_python_started_trains_two_replicas(tmp_path):
+    ports = ",".join(str(portpicker.pick_unused_port()) for _ in range(2))
+    procs = [_rscript(SCRIPTS / "mlverse_mwms.R", i, ports, tmp_path, "late") for i in (0, 1)]
+    results = _wait_all(procs, timeout=420)
+    for i, (code, output) in enumerate(results):
+        assert code == 0, f"worker {i}:\n{output[-4000:]}"
+        assert "started before TF_CONFIG is set" in output
+        assert "[tfdistributed]" not in output  # a normal join: no waiting notice
+    first, second = (np.load(tmp_path / f"worker-{i}.npz") for i in (0, 1))
+    assert int(first["replicas"]) == 2 and int(second["replicas"]) == 2
+    for name in first.files:
+        np.testing.assert_array_equal(first[name], second[name], err_msg=name)
+    assert first["loss"][-1] < 0.5 * first["loss"][0]
+
+
+def _r(code, timeout=240):
+    return subprocess.run(["Rscript", "-e", code], cwd=ROOT, env=r_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_distribute_strategy_join_timeout_names_the_peer_that_never_came():
+    ports = [portpicker.pick_unused_port() for _ in range(2)]
+    code = f"""
+    library(tfdistributed)
+    invisible(digits_data())   # Python is running: TF_CONFIG comes after
+    Sys.setenv(TF_CONFIG = '{{"cluster": {{"worker": ["127.0.0.1:{ports[0]}", "127.0.0.1:{ports[1]}"]}},
+                             "task": {{"type": "worker", "index": 0}}}}')
+    result <- tryCatch(distribute_strategy("multi_worker_mirrored", join_timeout = 40),
+                       error = function(e) e)
+    cat("class:", class(result), "\\n")
+    cat("message:", conditionMessage(result), "\\n")
+    """
+    done = _r(code)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    missing = f"worker 1 at 127.0.0.1:{ports[1]}: connection refused"
+    assert f"[tfdistributed] worker 0 has waited" in output and missing in output, output[-3000:]
+    assert "message: worker 0 gave up joining the job after 40 s" in output, output[-3000:]
+    assert f"missing: {missing}" in output
+
+
+def test_launch_cluster_passes_a_whole_double_join_timeout_to_every_task(tmp_path):
+    script = tmp_path / "show.R"
+    script.write_text('cat("join timeout", Sys.getenv("TFDISTRIBUTED_JOIN_TIMEOUT"), "\\n")\n')
+    done = _r(f"""
+    library(tfdistributed)
+    job <- launch_cluster("{script}", workers = 1, join_timeout = 40, echo = FALSE)
+    cat(unlist(job$output), sep = "\\n")
+    print(tryCatch(launch_cluster("{script}", join_timeout = "soon"), error = conditionMessage))
+    """)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "join timeout 40" in output
+    assert "`join_timeout` must be a single number" in output
+
+
+def test_a_strategy_built_before_tf_config_refuses_to_train_alone_from_r():
+    done = _r("""
+    library(tfdistributed)
+    tf <- reticulate::import("tensorflow")
+    strategy <- tf$distribute$MultiWorkerMirroredStrategy()   # no TF_CONFIG yet: 1 worker
+    Sys.setenv(TF_CONFIG = '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                             "task": {"type": "worker", "index": 0}}')
+    with(strategy$scope(), {
+      model <- keras$Sequential(list(keras$Input(shape = list(3L)), keras$layers$Dense(1L)))
+      model$compile(optimizer = "sgd", loss = "mse")
+    })
+    x <- matrix(0, 8, 3)
+    y <- matrix(0, 8, 1)
+    cat("error:", tryCatch({model$fit(x, y, verbose = 0L); "none"}, error = conditionMessage), "\\n")
+    """)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "error: model.fit: This process's TF_CONFIG names 2 training tasks" in output, output[-3000:]
+    assert "built for 1 worker" in output
+    assert 'Sys.setenv(TF_CONFIG = ...) first, then strategy <- distribute_strategy("auto")' in output
