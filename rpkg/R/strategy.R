@@ -23,6 +23,12 @@
 #'   `central_storage`, e.g. `c("/cpu:0", "/cpu:1")`.
 #' @param num_cpu_devices Split the CPU into this many logical devices first, so
 #'   a CPU-only machine gets several replicas.
+#' @param gradient_compression `"fp16"` or `"bf16"`: the gradients cross the
+#'   network between workers in 16 bits and are applied in the model's own
+#'   precision (about 2x less traffic; the loss moves by ~1e-5 relative on the
+#'   digits model with fp16, ~1e-4 with bf16). Only for `multi_worker_mirrored`:
+#'   an error for the other kinds, a warning (and ignored) when `"auto"` picks a
+#'   local strategy. `NULL` (the default) or `"none"`: 32 bits.
 #' @param ... Passed to the strategy constructor: `cross_device_ops`
 #'   (mirrored), `parameter_device` (central_storage), `communication_options`
 #'   (multi_worker_mirrored), `variable_partitioner` (parameter_server), `tpu`,
@@ -43,11 +49,13 @@
 #'   # A misspelt name is an R error with the closest valid one:
 #'   try(distribute_strategy("mirorred"))
 #' }
-distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL, ...) {
+distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL,
+                                gradient_compression = NULL, ...) {
   strategy <- with_backend(backend()$make_strategy(
     as_string(name),
     devices = if (is.character(devices)) py_list(devices) else devices,
     num_cpu_devices = as_integer(num_cpu_devices),
+    gradient_compression = as_string(gradient_compression, allow_null = TRUE),
     ...
   ))
   as_tfdistributed_strategy(strategy)
@@ -65,7 +73,8 @@ as_tfdistributed_strategy <- function(strategy) {
 #' @param strategy A strategy from [distribute_strategy()] (or any
 #'   `tf.distribute.Strategy`).
 #' @return A list with `kind`, `num_replicas`, `devices`, `num_workers`,
-#'   `task_type` and `task_index` (and `num_ps` for parameter-server).
+#'   `task_type` and `task_index` (and `num_ps` for parameter-server,
+#'   `gradient_compression` for multi-worker mirrored).
 #' @family strategies
 #' @export
 #' @examples
@@ -90,6 +99,9 @@ format.tfdistributed_strategy <- function(x, ...) {
   )
   if (!is.null(info$task_type)) {
     lines <- c(lines, sprintf("  this task:        %s %d", info$task_type, as.integer(info$task_index)))
+  }
+  if (!is.null(info$gradient_compression)) {
+    lines <- c(lines, sprintf("  gradients sent:   %s", info$gradient_compression))
   }
   if (!is.null(info$num_ps)) {
     lines <- c(lines, sprintf("  ps tasks:         %d", as.integer(info$num_ps)))
