@@ -80,6 +80,19 @@ def gradient_compression(strategy) -> str | None:
     return getattr(strategy, _ATTRIBUTE, None)
 
 
+def gradient_options(strategy):
+    """The ``CommunicationOptions`` ``strategy`` was made with (``make_strategy``'s or
+    TensorFlow's own ``communication_options``), or None, for the gradient all-reduce to pass on.
+
+    TensorFlow packs the tensors of a replica-context all-reduce (Keras' gradients') by the
+    options of that *call*, not the strategy's: a strategy's ``bytes_per_pack`` is ignored for
+    Keras' gradients (TensorFlow 2.21). Passed on, it splits the gradients into packs of about
+    that many bytes, each its own all-reduce, the last layers' first (TensorFlow reverses them),
+    each free to start as soon as its gradients are computed.
+    """
+    return getattr(getattr(strategy, "extended", None), "_communication_options", None)
+
+
 def check_compressible(strategy) -> None:
     """A :class:`StrategyError` unless ``strategy`` all-reduces gradients across workers."""
     import tensorflow as tf
@@ -108,11 +121,12 @@ def ignored_for_local(kind: str, compression) -> None:
         stacklevel=3)
 
 
-def compressed_all_reduce(context, grads, local, riders, kind):
+def compressed_all_reduce(context, grads, local, riders, kind, options=None):
     """``(means, rider_sums)``: the global means of ``grads`` (this replica's gradients of its
     loss scaled by Keras' 1/R, each weighted here by ``local``, its example count, a float32
     scalar) all-reduced in ``kind`` (``"fp16"``/``"bf16"``), and the sums over the replicas of
-    ``riders`` (float32 scalars), which travel exact in the first, 32-bit, all-reduce."""
+    ``riders`` (float32 scalars), which travel exact in the first, 32-bit, all-reduce;
+    ``options`` (``CommunicationOptions``) for the gradients' all-reduce."""
     import tensorflow as tf
 
     replicas = float(context.num_replicas_in_sync)
@@ -127,7 +141,7 @@ def compressed_all_reduce(context, grads, local, riders, kind):
     factor = scale / total
     wire = [_map_values(g, lambda v: tf.cast(v * tf.cast(factor, v.dtype), wire_dtype))
             for g in weighted]
-    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, wire)
+    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, wire, options=options)
     means = [_map_values(s, lambda v, d=g.dtype: tf.cast(v, d) / tf.cast(scale, d))
              for s, g in zip(summed, grads)]
     return means, head[2:]
