@@ -88,9 +88,15 @@ def gradient_options(strategy):
     options of that *call*, not the strategy's: a strategy's ``bytes_per_pack`` is ignored for
     Keras' gradients (TensorFlow 2.21). Passed on, it splits the gradients into packs of about
     that many bytes, each its own all-reduce, the last layers' first (TensorFlow reverses them),
-    each free to start as soon as its gradients are computed.
+    each free to start as soon as its gradients are computed. Only for
+    ``MultiWorkerMirroredStrategy`` (whose options are the user's; ``MirroredStrategy`` keeps
+    options of its own choosing, which its reductions do not need).
     """
-    return getattr(getattr(strategy, "extended", None), "_communication_options", None)
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return None
+    return getattr(strategy.extended, "_communication_options", None)
 
 
 def check_compressible(strategy) -> None:
