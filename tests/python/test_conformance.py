@@ -40,10 +40,12 @@ FEATURE_RTOL = {"sync_batchnorm": 5e-4}
 # behaviour; `synchronized=True` shares them): workers agree on every trainable weight only.
 PER_REPLICA_STATE = {"batchnorm"}
 # fp16 gradients are rounded to 11 significant bits at every step: after the cells' 20-30
-# Adam steps the history and evaluation move by ~1e-5 relative, a weight whose gradient is near
-# zero by ~1e-4 absolute (Adam normalises each element; test_multiworker.py measured the digits
-# model). Stated tolerances, 10x and more: relative for every number, absolute for the weights.
-COMPRESSED_RTOL, COMPRESSED_ATOL = 2e-3, 1e-2
+# Adam steps the losses move by ~1e-5 relative, a weight whose gradient is near zero by ~1e-4
+# absolute (Adam normalises each element; test_multiworker.py measured the digits model), and
+# an accuracy by a prediction that flips (1 of the 450 test digits: 2.4e-3 relative, seen in
+# validation_freq_steps). Stated tolerances: relative for every number (2 flipped predictions),
+# absolute for the weights.
+COMPRESSED_RTOL, COMPRESSED_ATOL = 5e-3, 1e-2
 # Features a strategy cannot support, with the error we raise (module tfdistributed.*).
 EXPECTED_ERRORS: dict[tuple[str, str], str] = {}
 # Under parameter-server training every worker repeats its own input pipeline: an epoch of
