@@ -1,7 +1,7 @@
 """Group 9, across hosts: a 2-worker job over links of several bandwidths, and what it projects;
 then a network-bound model on 2 and 4 hosts (``bench/netbound.py``).
 
-    .venv/bin/python bench/hosts.py            # ~20 min, writes bench/results-hosts.{md,json}
+    .venv/bin/python bench/hosts.py            # ~26 min, writes bench/results-hosts.{md,json}
     .venv/bin/python bench/hosts.py --quick    # smoke test (~2 min), bench/results-hosts-quick.*
 
 Needs root: the hosts are network namespaces of ``tfdistributed.hostbed``, one per worker,
