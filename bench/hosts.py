@@ -1,7 +1,8 @@
-"""Group 9, across hosts: a 2-worker job over links of several bandwidths, and what it projects.
+"""Group 9, across hosts: a 2-worker job over links of several bandwidths, and what it projects;
+then a network-bound model on 2 and 4 hosts (``bench/netbound.py``).
 
-    .venv/bin/python bench/hosts.py            # ~6 min, writes bench/results-hosts.{md,json}
-    .venv/bin/python bench/hosts.py --quick    # smoke test (~1 min), bench/results-hosts-quick.*
+    .venv/bin/python bench/hosts.py            # ~26 min, writes bench/results-hosts.{md,json}
+    .venv/bin/python bench/hosts.py --quick    # smoke test (~2 min), bench/results-hosts-quick.*
 
 Needs root: the hosts are network namespaces of ``tfdistributed.hostbed``, one per worker,
 joined by a bridge, each link capped with ``tc tbf`` (both ways) or not at all; the loopback arm
@@ -15,7 +16,8 @@ cluster with a timeout, and a failed run is reported without stopping the others
 The all-reduce times per size give, per link, a fitted line ``t = a + S_wire / B`` (a ring over
 N = 2 workers sends ``S_wire = 2(N-1)/N x S = S`` bytes per worker); :func:`project` uses it
 for the ring model ``t(N) = 2(N-1)/N x S / B + 2(N-1) x alpha`` at 8, 32 and 128 workers, with
-the assumptions written next to the table.
+the assumptions written next to the table. The network-bound part compares 32-bit, packed
+and 16-bit gradient all-reduces side by side, and checks that projection against 4 hosts.
 """
 
 from __future__ import annotations
@@ -35,10 +37,15 @@ sys.path.insert(0, str(HERE))
 MB = 1_000_000
 RESNET50_BYTES = 25_557_032 * 4  # ResNet-50's parameters in float32 (~102 MB)
 PROJECTED_WORKERS = (8, 32, 128)
+# netbound_*: the network-bound part (bench/netbound.py), one job per link and worker count.
 FULL = {"reps": 3, "links": ("loopback", "uncapped", "10gbit", "1gbit", "100mbit"),
-        "epochs": 3, "examples_per_replica": 512, "allreduce_reps": 10, "timeout": 240}
+        "epochs": 3, "examples_per_replica": 512, "allreduce_reps": 10, "timeout": 240,
+        "netbound_links": ("1gbit", "100mbit"), "netbound_workers": (2, 4), "rounds": 3,
+        "steps": 6, "netbound_allreduce_reps": 5, "netbound_timeout": 1200}
 QUICK = {"reps": 1, "links": ("loopback", "1gbit", "100mbit"),
-         "epochs": 2, "examples_per_replica": 256, "allreduce_reps": 3, "timeout": 150}
+         "epochs": 2, "examples_per_replica": 256, "allreduce_reps": 3, "timeout": 150,
+         "netbound_links": ("100mbit",), "netbound_workers": (2,), "rounds": 1, "steps": 4,
+         "netbound_allreduce_reps": 2, "netbound_timeout": 400}
 
 
 # --- the worker: one task of the 2-worker job ----------------------------------------------------
@@ -124,6 +131,15 @@ def run_link(link: str, cfg: dict) -> dict:
 
 
 def run_rounds(cfg: dict) -> dict:
+    """The CNN's rounds over ``cfg["links"]``, then the network-bound jobs (``"netbound"``)."""
+    import netbound
+
+    runs = run_cnn_rounds(cfg)
+    runs["netbound"] = netbound.run_all({**cfg, "script": __file__, "root": ROOT})
+    return runs
+
+
+def run_cnn_rounds(cfg: dict) -> dict:
     runs = {link: [] for link in cfg["links"]}
     for rnd in range(cfg["reps"]):
         order = list(cfg["links"]) if rnd % 2 == 0 else list(cfg["links"])[::-1]
@@ -248,7 +264,30 @@ def projection_table(summaries: dict) -> list:
     return out
 
 
+def netbound_sections(runs: dict, cfg: dict) -> list:
+    import netbound
+
+    if not runs:
+        return []
+    return ["## Network-bound: a wide MLP (10.6 MB gradient), 32 bits, packs, fp16, bf16", "",
+            f"{cfg['rounds']} round(s) in one job per link and host count; each arm 2 epochs of "
+            f"{cfg['steps']} steps, 64 examples per worker per step, epoch 2 timed "
+            f"(bench/netbound.py says how). Step: median of the per-round step times of the "
+            f"slower worker. Examples/s vs fp32 and loss vs fp32: the median of the per-round "
+            f"ratios, the values behind it in brackets. Loss: the mean over epoch 2's steps, "
+            f"the same steps from the same weights for every arm.", "",
+            *netbound.arms_table(runs), "",
+            "## The ring model checked on 4 hosts", "",
+            "The all-reduce alone (median of the timed ones, slower worker) at 4 sizes, on 2 and "
+            "4 hosts of the same link: the line fitted at N = 2 (as in the projection below) "
+            "projects N = 4; where it misses by more than 20%, the ring model is refitted to "
+            "N = 2 and 4 together (bandwidth and a latency per hop).", "",
+            *netbound.projection_check(runs, ring_ms), ""]
+
+
 def write_report(runs, cfg, quick, started, seconds, prefix: Path, command) -> str:
+    runs = dict(runs)
+    netbound_runs = runs.pop("netbound", {})
     summaries = {link: summarise(r) for link, r in runs.items()}
     title = " (--quick smoke test: numbers not meaningful)" if quick else ""
     md = [f"# tfdistributed benchmarks, group 9: across hosts{title}", "",
@@ -261,13 +300,14 @@ def write_report(runs, cfg, quick, started, seconds, prefix: Path, command) -> s
           "Step: median step time past epoch 1 of the slower worker. Step vs loopback: the median "
           "of the per-round ratios (the values behind it in brackets). All-reduce share: the CNN "
           "gradient's all-reduce alone over the step time.", "",
+          *netbound_sections(netbound_runs, cfg),
           "## Projected: ring all-reduce cost model", "", *projection_table(summaries), "",
           ASSUMPTIONS]
     text = "\n".join(md) + "\n"
     prefix.with_suffix(".md").write_text(text)
     prefix.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "date": started.isoformat(), "config": {**cfg, "links": list(
-            cfg["links"])}, "runs": runs, "summaries": summaries}, indent=2, default=str) + "\n")
+        {"command": command, "date": started.isoformat(), "config": cfg, "runs": runs,
+         "netbound": netbound_runs, "summaries": summaries}, indent=2, default=str) + "\n")
     return text
 
 
@@ -280,9 +320,16 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--examples-per-replica", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--allreduce-reps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--netbound-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.worker:
         return worker(ns.epochs, ns.examples_per_replica, ns.allreduce_reps)
+    if ns.netbound_worker:
+        import netbound
+
+        return netbound.worker(ns.rounds, ns.steps, ns.allreduce_reps)
     from tfdistributed.hostbed import HostBedError, check_can_build
 
     try:

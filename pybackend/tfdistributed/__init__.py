@@ -6,9 +6,10 @@
         model = ...; model.compile(...)
     tfd.fit(model, x, y, epochs=5, batch_size=64)
 
-Modules: strategies (by name), cluster (TF_CONFIG), data (the input plan every fit/evaluate/
-predict follows, TFDS), sharding (shard policies and the pre-flight every entry point runs),
-training (fit, evaluate and predict under any strategy), ps
+Modules: strategies (by name), compression (gradients all-reduced in 16 bits), cluster
+(TF_CONFIG), data (the input plan every fit/evaluate/predict follows, TFDS), sharding (shard
+policies and the pre-flight every entry point runs), training (fit, evaluate and predict under
+any strategy), ps
 (parameter-server training on ClusterCoordinator), loops (custom training loops), generators
 (R generators served from R's main thread), served (training on a thread that R's main thread
 feeds), rcallbacks (datasets whose callbacks call R, refused where they would hang), shards
@@ -35,6 +36,7 @@ from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_c
                       is_chief, local_cluster, num_workers, read_tf_config, set_tf_config, tf_config,
                       validate_cluster, validate_tf_config)
 from .data import global_batch_size, load_tfds, make_dataset
+from .compression import gradient_compression, set_gradient_compression
 from .demo_data import digits_arrays, write_digits_tfds
 from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, JoinTimeoutError,
                      LaunchError, LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
@@ -71,7 +73,7 @@ __all__ = [
     "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
-    "configure_cpu_devices", "digits_arrays", "evaluate", "fit", "global_batch_size",
+    "configure_cpu_devices", "digits_arrays", "gradient_compression", "set_gradient_compression", "evaluate", "fit", "global_batch_size",
     "is_checkpoint_writer", "is_chief",
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",

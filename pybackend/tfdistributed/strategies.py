@@ -29,6 +29,8 @@ import re
 
 from . import compat, slurm_env
 from ._args import as_int
+from .compression import (canonical_compression, gradient_compression, ignored_for_local,
+                          not_compressible, set_gradient_compression)
 from .cluster import check_own_address, num_workers, read_tf_config, sync_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
 from .watch import join
@@ -267,7 +269,7 @@ _MAKERS = {
 
 
 def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_resolver=None,
-                  join_timeout=None, **kw):
+                  join_timeout=None, gradient_compression=None, **kw):
     """A ``tf.distribute.Strategy`` from its name (see the module docstring for the names).
 
     Args:
@@ -281,11 +283,18 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
             cluster to join (default ``TFDISTRIBUTED_JOIN_TIMEOUT``, else 300); meanwhile the
             task names the tasks it still waits for, then fails with ``JoinTimeoutError``
             (see :mod:`tfdistributed.watch.join`).
+        gradient_compression: ``"fp16"`` or ``"bf16"``: the gradients cross the network
+            between workers in 16 bits (:mod:`tfdistributed.compression`); only for
+            ``multi_worker_mirrored`` (an error for the other kinds, a warning and ignored when
+            ``auto`` picks a local strategy). None (the default) or ``"none"``: 32 bits.
         **kw: passed to the kind's constructor: ``cross_device_ops`` (mirrored),
             ``parameter_device`` (central_storage), ``communication_options``
             (multi_worker_mirrored), ``variable_partitioner`` (parameter_server), ``tpu``.
     """
     kind = canonical_name(name)
+    compression = canonical_compression(gradient_compression)
+    if compression and kind not in ("auto", "multi_worker_mirrored"):
+        raise not_compressible(repr(kind))
     num_cpu_devices = as_int(num_cpu_devices, "num_cpu_devices", minimum=1, allow_none=True)
     known = {"cross_device_ops", "parameter_device", "communication_options",
              "variable_partitioner", "tpu"}
@@ -303,8 +312,12 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
         slurm_env.set_tf_config_from_slurm_if_needed()
     if kind == "auto":
         kind = _auto_kind(num_cpu_devices)
+        if compression and kind != "multi_worker_mirrored":
+            ignored_for_local(kind, gradient_compression)
+            compression = None
     with join.timeout(join_timeout):
-        return _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
+        strategy = _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
+    return set_gradient_compression(strategy, compression) if compression else strategy
 
 
 def strategy_kind(strategy) -> str:
@@ -345,7 +358,8 @@ def input_workers(strategy) -> int:
 
 
 def strategy_info(strategy) -> dict:
-    """What a strategy is: kind, replicas in sync, local devices, workers and this task."""
+    """What a strategy is: kind, replicas in sync, local devices, workers and this task (and,
+    for ``multi_worker_mirrored``, its ``gradient_compression``)."""
     kind = strategy_kind(strategy)
     if kind == "default":
         devices = [_local_compute_devices()[0]]
@@ -362,6 +376,7 @@ def strategy_info(strategy) -> dict:
         info["task_index"] = resolver.task_id
         spec = resolver.cluster_spec().as_dict()
         info["num_workers"] = max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+        info["gradient_compression"] = gradient_compression(strategy)
     elif kind == "parameter_server":
         # ParameterServerStrategy keeps its resolver on itself: the public
         # `strategy.cluster_resolver` (which asks `extended`) is None.

@@ -23,6 +23,12 @@
 #'   `central_storage`, e.g. `c("/cpu:0", "/cpu:1")`.
 #' @param num_cpu_devices Split the CPU into this many logical devices first, so
 #'   a CPU-only machine gets several replicas.
+#' @param gradient_compression `"fp16"` or `"bf16"`: the gradients cross the
+#'   network between workers in 16 bits and are applied in the model's own
+#'   precision (about 2x less traffic; the loss moves by ~1e-5 relative on the
+#'   digits model with fp16, ~1e-4 with bf16). Only for `multi_worker_mirrored`:
+#'   an error for the other kinds, a warning (and ignored) when `"auto"` picks a
+#'   local strategy. `NULL` (the default) or `"none"`: 32 bits.
 #' @param join_timeout Seconds a task of a multi-worker job waits for the
 #'   others to join (default: the environment variable
 #'   `TFDISTRIBUTED_JOIN_TIMEOUT`, else 300). While it waits, it prints every
@@ -50,12 +56,13 @@
 #'   # A misspelt name is an R error with the closest valid one:
 #'   try(distribute_strategy("mirorred"))
 #' }
-distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL, ...,
-                                join_timeout = NULL) {
+distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL,
+                                gradient_compression = NULL, ..., join_timeout = NULL) {
   strategy <- with_backend(backend()$make_strategy(
     as_string(name),
     devices = if (is.character(devices)) py_list(devices) else devices,
     num_cpu_devices = as_integer(num_cpu_devices),
+    gradient_compression = as_string(gradient_compression, allow_null = TRUE),
     join_timeout = as_number(join_timeout),
     ...
   ))
@@ -74,7 +81,8 @@ as_tfdistributed_strategy <- function(strategy) {
 #' @param strategy A strategy from [distribute_strategy()] (or any
 #'   `tf.distribute.Strategy`).
 #' @return A list with `kind`, `num_replicas`, `devices`, `num_workers`,
-#'   `task_type` and `task_index` (and `num_ps` for parameter-server).
+#'   `task_type` and `task_index` (and `num_ps` for parameter-server,
+#'   `gradient_compression` for multi-worker mirrored).
 #' @family strategies
 #' @export
 #' @examples
@@ -99,6 +107,9 @@ format.tfdistributed_strategy <- function(x, ...) {
   )
   if (!is.null(info$task_type)) {
     lines <- c(lines, sprintf("  this task:        %s %d", info$task_type, as.integer(info$task_index)))
+  }
+  if (!is.null(info$gradient_compression)) {
+    lines <- c(lines, sprintf("  gradients sent:   %s", info$gradient_compression))
   }
   if (!is.null(info$num_ps)) {
     lines <- c(lines, sprintf("  ps tasks:         %d", as.integer(info$num_ps)))

@@ -319,15 +319,16 @@ def _tokens(images):
     return np.round(images.reshape(-1, 64) * 16).astype("int32")
 
 
-def run_cells(strategy_name, workdir, names=None):
+def run_cells(strategy_name, workdir, names=None, gradient_compression=None):
     """Every feature (or ``names``) under ``strategy_name``: ``{feature: result}``.
 
     In a launched task (``strategy_name="auto"``) the strategy comes from TF_CONFIG; each task
     writes below its own ``workdir`` only what the callbacks write (the chief's real files).
+    ``gradient_compression``: make_strategy's (the compressed multi-worker column).
     """
     import tfdistributed as tfd
 
-    strategy = tfd.make_strategy(strategy_name)
+    strategy = tfd.make_strategy(strategy_name, gradient_compression=gradient_compression)
     names = list(names or _features())
     return {name: run_cell(name, strategy, workdir) for name in names}
 

@@ -37,3 +37,16 @@ def test_vignette_bandwidth_table_is_the_benchmark_run():
         assert (step, ratio, share) == (run[2], re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", run[3]), run[5])
     date = re.search(r"Date: (\d{4}-\d\d-\d\d)", results).group(1)
     assert f"({date}, " in vignette
+
+
+def test_vignette_compression_table_is_the_benchmark_run():
+    results = (ROOT / "bench" / "results-hosts.md").read_text()
+    measured = {tuple(row[:3]): row for row in table_rows(results, "| Link | Hosts | Arm |")}
+    vignette = (ROOT / "vignettes" / "running-on-a-cluster.Rmd").read_text()
+    shown = table_rows(vignette, "| Link | Hosts | Gradients |")
+    assert [tuple(row[:3]) for row in shown] == list(measured)
+    for link, hosts, arm, step, speed, loss in shown:
+        run = measured[(link, hosts, arm)]
+        # Step, examples/s, "**speed-up** (per round)", loss, "loss ratio (per round)"
+        assert (step, speed, loss) == (run[3], re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", run[5]),
+                                       run[7].split(" ")[0])

@@ -319,3 +319,51 @@ def test_metric_resets_make_no_all_reduce(busy_jobs):
         assert without["metrics"] == read_back["metrics"]
         for a, b in zip(without["weights"], read_back["weights"]):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def one_device_1345():
+    """The digits model on one device, 32 bits: 2 epochs of the first 1345 examples."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from models import digits_model
+
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
+    history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False,
+                      verbose=0)
+    return history.history, model.get_weights()
+
+
+# Stated tolerances of 16-bit gradients against 32 bits after 2 epochs (44 Adam steps) of the
+# digits model, about 10x what was seen (2026-11-25): the loss relative (seen 1e-5 fp16, 2e-4
+# bf16), the weights absolute (seen 1.0e-4 fp16, 1.3e-2 bf16: Adam normalises each gradient
+# element, so bf16's 8 bits move a weight whose gradient is near zero by up to a learning rate).
+COMPRESSED_LOSS_RTOL = {"fp16": 1e-3, "bf16": 5e-3}
+COMPRESSED_WEIGHTS_ATOL = {"fp16": 2e-3, "bf16": 0.1}
+
+
+@pytest.mark.parametrize("compression,keras_fit", [("fp16", False), ("bf16", False),
+                                                    ("fp16", True)])
+def test_compressed_gradients_train_as_32_bits_within_tolerance(tmp_path, one_device_1345,
+                                                                compression, keras_fit):
+    # The last batch of 1 example is split 1 and 0: the counts that weight each worker's
+    # gradients travel exact (32 bits) beside the 16-bit gradients.
+    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345",
+                     "--compression", compression, *(["--keras-fit"] if keras_fit else []))
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    outputs = read_outputs(tmp_path)
+    history, expected = one_device_1345
+    wire = {"fp16": "float16", "bf16": "bfloat16"}[compression]
+    for report in outputs.values():
+        big = {c["dtype"] for c in report["collectives"] if c["elements"] > 1000}
+        assert big == {wire}
+        assert {c["dtype"] for c in report["collectives"] if c["elements"] <= 1000} >= {"float32"}
+        np.testing.assert_allclose(report["history"]["loss"], history["loss"],
+                                   rtol=COMPRESSED_LOSS_RTOL[compression])
+        for got, want in zip(report["weights"], expected):
+            assert got.dtype == np.float32  # applied in the model's own precision
+            np.testing.assert_allclose(got, want, atol=COMPRESSED_WEIGHTS_ATOL[compression])
+    for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
+        np.testing.assert_array_equal(a, b)

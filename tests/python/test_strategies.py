@@ -157,3 +157,42 @@ def test_several_mirrored_strategies_in_one_process():
         history = tfd.fit(model, np.ones((32, n_in), "float32"), np.ones((32, n_out), "float32"),
                           batch_size=16, verbose=0)
         assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("value", ["fp8", "int8", 16, "powersgd"])
+def test_unknown_gradient_compression_names_the_argument(value):
+    with pytest.raises(tfd.StrategyError, match=r"`gradient_compression` must be one of 'none', "
+                                                r"'fp16', 'bf16'"):
+        tfd.make_strategy("multi_worker_mirrored", gradient_compression=value)
+
+
+@pytest.mark.parametrize("name", ["default", "mirrored", "one_device", "central_storage",
+                                  "parameter_server"])
+def test_gradient_compression_without_a_cross_worker_all_reduce_is_refused(name):
+    with pytest.raises(tfd.StrategyError, match=rf"`gradient_compression` applies to "
+                                                rf"'multi_worker_mirrored'.*'{name}' has no"):
+        tfd.make_strategy(name, gradient_compression="fp16")
+
+
+def test_auto_ignores_gradient_compression_on_a_local_strategy_with_a_warning():
+    # The same script runs on a laptop and on a cluster, as Horovod's compression on one rank.
+    with pytest.warns(UserWarning, match=r"`gradient_compression='bf16'` is ignored: 'auto' "
+                                         r"chose 'default'"):
+        strategy = tfd.make_strategy("auto", gradient_compression="bf16")
+    assert tfd.gradient_compression(strategy) is None
+
+
+@pytest.mark.parametrize("value,expected", [("FP16", "fp16"), ("bfloat16", "bf16"),
+                                            ("none", None), (None, None)])
+def test_gradient_compression_spellings(value, expected):
+    from tfdistributed.compression import canonical_compression
+
+    assert canonical_compression(value) == expected
+
+
+def test_set_gradient_compression_refuses_a_local_strategy():
+    strategy = tfd.make_strategy("default")
+    with pytest.raises(tfd.StrategyError, match="has no such all-reduce"):
+        tfd.set_gradient_compression(strategy, "fp16")
+    assert tfd.set_gradient_compression(strategy, None) is strategy
+    assert tfd.gradient_compression(strategy) is None

@@ -8,6 +8,11 @@ measured on the digits model, 2 workers ended epoch 2 with loss 0.354 where one 
 0.364. Each replica's gradients are weighted by its share of the examples here, inside the
 same all-reduce (the example counts travel with the gradients, no extra round trip), so the
 update is the global mean's whatever the split; with even shares the weight is 1.
+Under a strategy marked for gradient compression (:mod:`tfdistributed.compression`) this is
+where the gradients go to 16 bits: the counts and carried values then travel in a small 32-bit
+all-reduce of their own, before the gradients'. The strategy's ``CommunicationOptions`` are
+passed on to the gradients' all-reduce (:func:`tfdistributed.compression.gradient_options`), so
+its ``bytes_per_pack`` packs them, which TensorFlow alone ignores for a replica's all-reduce.
 
 Two pieces of this machinery are public, for the repairs that build on it: the replica's
 example count while a train step is traced (:func:`counting_examples`), and other scalars that
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from ..compression import compressed_all_reduce, gradient_compression, gradient_options
 from .common import Repair, dtype_of, source
 
 _local_batch = threading.local()  # the replica's batch size while its train_step is traced
@@ -108,8 +114,14 @@ def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
     size = getattr(_local_batch, "size", None)
     pairs = list(grads_and_vars)
     grads = [g for g, _ in pairs if g is not None]
-    if (size is None or context is None or context.num_replicas_in_sync == 1 or not grads
+    if (context is None or context.num_replicas_in_sync == 1 or not grads
             or optimizer.gradient_accumulation_steps):
+        return all_reduce(optimizer, pairs)
+    strategy = tf.distribute.get_strategy()
+    kind, options = gradient_compression(strategy), gradient_options(strategy)
+    if kind and all(g.dtype.base_dtype in (tf.float32, tf.float64) for g in grads):
+        return _compressed_all_reduce(context, pairs, grads, size, kind, options)
+    if size is None:
         return all_reduce(optimizer, pairs)
     # Replica r's gradient is mean_r / R; the global mean's is sum_r n_r * mean_r / N.
     # One all-reduce packs its tensors into one buffer, so they must share a dtype: the
@@ -123,12 +135,29 @@ def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
     riders = _take_carried(dtype)
     reduced = context.all_reduce(tf.distribute.ReduceOp.SUM,
                                  [_scaled(g, weight) for g in grads] + [local]
-                                 + [v for _, v in riders])
+                                 + [v for _, v in riders], options=options)
     if riders:  # their mean over the replicas, as reduce_per_replica's
         _carried.means.update({slot: r / float(context.num_replicas_in_sync)
                                for (slot, _), r in zip(riders, reduced[len(grads) + 1:])})
     total = reduced[len(grads)]
     averaged = iter(_scaled(g, total, divide=True) for g in reduced[:len(grads)])
+    return [(None if g is None else next(averaged), v) for g, v in pairs]
+
+
+def _compressed_all_reduce(context, pairs, grads, size, kind, options):
+    """The gradients in 16 bits (:func:`tfdistributed.compression.compressed_all_reduce`),
+    weighted by the replicas' example counts (even shares where the count is unknown: a custom
+    train step), the carried float32 values exact in its first, 32-bit, all-reduce."""
+    import tensorflow as tf
+
+    local = tf.constant(1.0) if size is None else tf.cast(size, tf.float32)
+    riders = _take_carried(tf.float32)
+    means, sums = compressed_all_reduce(context, grads, local, [v for _, v in riders], kind,
+                                        options)
+    if riders:  # their mean over the replicas, as reduce_per_replica's
+        _carried.means.update({slot: s / float(context.num_replicas_in_sync)
+                               for (slot, _), s in zip(riders, sums)})
+    averaged = iter(means)
     return [(None if g is None else next(averaged), v) for g, v in pairs]
 
 

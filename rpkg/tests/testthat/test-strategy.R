@@ -78,3 +78,11 @@ test_that("global_batch_size() multiplies by the replicas in sync", {
   expect_error(global_batch_size(32, strategy = "mirrored"), "must be a tf.distribute.Strategy.*distribute_strategy",
                class = "tfdistributed_error")
 })
+
+test_that("gradient_compression marks a multi-worker strategy and shows in its print", {
+  skip_if_no_backend()
+  strategy <- distribute_strategy("multi_worker_mirrored", gradient_compression = "fp16")
+  expect_identical(strategy_info(strategy)$gradient_compression, "fp16")
+  expect_true(any(grepl("gradients sent:   fp16", capture.output(print(strategy)), fixed = TRUE)))
+  expect_null(strategy_info(distribute_strategy("multi_worker_mirrored"))$gradient_compression)
+})

@@ -3,7 +3,7 @@
 usage: mwms_digits.py OUTDIR [--epochs N] [--source arrays|tfds] [--data-dir D] [--policy P]
                       [--save MODEL.keras] [--backup DIR [--kill-at EPOCH]] [--examples N]
                       [--steps-per-execution K] [--keras-fit] [--model digits|busy]
-                      [--validation-split F] [--floatx DTYPE]
+                      [--validation-split F] [--floatx DTYPE] [--compression fp16|bf16]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history and test metrics).
 --kill-at E: worker 1 SIGKILLs itself when epoch E (0-based) begins, once the chief's backup
 of the previous epoch is on disk (a machine failure at a known point).
@@ -32,10 +32,11 @@ parser.add_argument("--keras-fit", action="store_true", help="plain model.fit on
 parser.add_argument("--model", choices=("digits", "busy"), default="digits")
 parser.add_argument("--validation-split", type=float, default=0.0)
 parser.add_argument("--floatx", help="keras.config.set_floatx() before the model is built")
+parser.add_argument("--compression", help="make_strategy's gradient_compression")
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
-strategy = tfd.make_strategy("auto")
+strategy = tfd.make_strategy("auto", gradient_compression=ns.compression)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
