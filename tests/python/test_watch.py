@@ -180,7 +180,6 @@ def test_each_task_has_its_figures_and_an_even_job_has_no_straggler(even):
 @pytest.mark.cluster
 def test_the_job_writes_its_curves_for_tensorboard(even, tmp_path_factory):
     result, _, _ = even
-    board = result.task("worker", 0)  # noqa: F841  (the job ran)
     root = next(p for p in tmp_path_factory.getbasetemp().glob("even*/tb"))
     train, validation, job = (scalars(root / part) for part in ("train", "validation", "job"))
     for key, values in result.history.items():
