@@ -71,7 +71,7 @@ class JobWatch:
         self.lock = threading.Lock()
         self.tasks: dict[str, _Task] = {}
         self.history_by_epoch: dict[int, dict] = {}
-        self.backups: list = []      # (attempt, epoch, step) of each backup written
+        self.backups: list = []      # each backup written or resumed from: its record
         self.attempt = 0
         self.started = time.monotonic()
         self.pending: list[str] = []
