@@ -18,11 +18,12 @@ import psutil
 import pytest
 
 from rsupport import ROOT, r_env
-from test_r_values import SCRIPTS
 
 from tfdistributed import hostbed, write_digits_tfds
 
 pytestmark = pytest.mark.cluster
+# Shipped with the package (the multi-worker tutorial runs it too).
+PROGRAM = ROOT / "rpkg" / "inst" / "examples" / "mlverse.R"
 
 
 @pytest.mark.timeout(900)
@@ -38,8 +39,8 @@ def test_the_mlverse_program_trains_four_replicas_on_four_hosts(tmp_path):
         try:
             for i, host in enumerate(bed.hosts):
                 procs.append(subprocess.Popen(
-                    [*host.prefix, "Rscript", str(SCRIPTS / "mlverse_seed.R"), str(i), workers,
-                     str(data_dir), str(tmp_path)], cwd=ROOT, env=r_env(),
+                    [*host.prefix, "Rscript", str(PROGRAM), str(i), workers, str(data_dir),
+                     str(tmp_path)], cwd=ROOT, env=r_env(),
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             outputs = [p.communicate(timeout=600)[0] for p in procs]
         finally:

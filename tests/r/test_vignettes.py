@@ -31,6 +31,7 @@ EXPECTED = {
                      '{"cluster": {"chief": ["cmle-training-master-0:2222"]',
                      "[tfdistributed] worker 0 has waited", ": connection refused: nothing listens",
                      "worker 0 gave up joining the job after 40 s",
+                     "worker 0: 2 replicas, loss", "worker 1: 2 replicas, loss",
                      "worker 0 waits in step 7 for another task. worker 1 has not begun step 7 "
                      "(its last was 6): it is in a callback or in the code between two steps, at "
                      "a callback's on_train_batch_end, in R code", "StallError: no step for"],

@@ -4,7 +4,8 @@
 # an R function, cached, shuffled and batched at 64 x workers, a model built and compiled with R
 # values (doubles, metrics = "accuracy"), and Keras' own fit. The one line added for
 # tfdistributed is library(tfdistributed).
-# Usage: Rscript mlverse_seed.R INDEX HOST:PORT,HOST:PORT,... TFDS_DIR OUT_DIR
+# Usage: Rscript mlverse.R INDEX HOST:PORT,HOST:PORT,... TFDS_DIR OUT_DIR
+# (installed with the package: system.file("examples", "mlverse.R", package = "tfdistributed"))
 library(tfdistributed)
 args <- commandArgs(trailingOnly = TRUE)
 index <- as.integer(args[[1]])
