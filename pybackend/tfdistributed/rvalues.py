@@ -70,6 +70,10 @@ R_VALUE_RULES: dict[str, Rule] = {
     **{name: Rule("integers") for name in ("target_shape", "dims")},
     "axis": Rule("axis"),
     "seed": Rule("integer"),
+    # tf.data's own methods called from R (ds$shuffle(2000), ds$batch(64 * workers)): what
+    # tfdatasets' R wrappers convert for their users.
+    **{name: _SIZE for name in ("buffer_size", "num_shards", "cycle_length", "block_length")},
+    **{name: Rule("integer") for name in ("count", "index")},
     **{name: Rule("list") for name in ("metrics", "weighted_metrics", "loss_weights")},
 }
 
@@ -83,6 +87,10 @@ COVERED_TOP_LEVEL = ("Input", "Sequential", "Model")
 #: take R data too, which the R package converts itself, with the counts of
 #: ``KERAS_COUNT_ARGUMENTS``).
 COVERED_MODEL_METHODS = ("compile",)
+#: A ``tf.data.Dataset``'s methods that take R values by these rules (``batch_size``,
+#: ``buffer_size``, ``count``...): what R code building a pipeline calls with R doubles.
+COVERED_DATASET_METHODS = ("batch", "padded_batch", "shuffle", "repeat", "take", "skip",
+                           "prefetch", "shard", "interleave", "rebatch")
 
 
 def covers(path: str, name: str) -> bool:

@@ -41,6 +41,26 @@ keras_module_for_r <- function(module, path = "keras") {
 #' @export
 `[[.tfdistributed_keras_module` <- `$.tfdistributed_keras_module`
 
+# A tf.data pipeline's own methods take R values too (`ds$shuffle(2000)`, `ds$batch(64 * 2)`:
+# TensorFlow refuses 2000.0 for an int64), by the same rules, for the methods the backend covers.
+#' @export
+`$.tensorflow.python.data.ops.dataset_ops.DatasetV2` <- function(x, name) {
+  method <- NextMethod()
+  if (is.function(method) && is_py(method) && name %in% covered_dataset_methods()) {
+    return(keras_call_for_r(method))
+  }
+  method
+}
+
+#' @export
+`[[.tensorflow.python.data.ops.dataset_ops.DatasetV2` <-
+  `$.tensorflow.python.data.ops.dataset_ops.DatasetV2`
+
+covered_dataset_methods <- function() {
+  r_values()
+  r_values_state$dataset_methods
+}
+
 # The backend's module of rules for R values in Keras' calls, and what it said about each call
 # (a model is built with the same few calls again and again: each is asked about once).
 r_values_state <- new.env()
@@ -50,6 +70,8 @@ r_values <- function() {
     r_values_state$call <- r_values_state$module$call
     r_values_state$covered <- new.env()
     r_values_state$model_methods <- as.character(unlist(r_values_state$module$COVERED_MODEL_METHODS))
+    r_values_state$dataset_methods <-
+      as.character(unlist(r_values_state$module$COVERED_DATASET_METHODS))
   }
   r_values_state$module
 }

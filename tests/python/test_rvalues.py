@@ -26,6 +26,10 @@ CONVERTED = [
     ("seed", -7.0, -7),
     ("save_freq", 100.0, 100),
     ("epochs", 3.0, 3),
+    # tf.data's own methods
+    ("buffer_size", 2000.0, 2000),
+    ("count", -1.0, -1),
+    ("num_shards", 4.0, 4),
 ]
 UNTOUCHED = [("padding", "same"), ("save_freq", "epoch"), ("verbose", "auto"), ("verbose", True),
              ("metrics", ["accuracy"]), ("metrics", {"out": "mae"}), ("rate", 0.5),

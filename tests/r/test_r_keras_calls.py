@@ -110,7 +110,8 @@ NOT_NAMED_HERE = {"n", "height", "width", "batch_input_shape", "input_shape"} | 
 def test_every_rule_is_driven_from_r():
     """No rule of the table goes untested: each argument is named in an R call of this file."""
     codes = " ".join([*(code for code, _ in LAYERS.values()), *(code for code, _ in INPUTS.values()),
-                      *(code for code, _, _ in CALLBACKS.values()), COMPILE_R])
+                      *(code for code, _, _ in CALLBACKS.values()), COMPILE_R,
+                      *(code for code, _ in DATASETS.values())])
     untested = {name for name in rvalues.R_VALUE_RULES if f"{name} =" not in codes}
     assert untested <= NOT_NAMED_HERE, untested - NOT_NAMED_HERE
 
@@ -269,3 +270,40 @@ def test_python_users_calls_are_unchanged():
         keras.layers.Conv2D(32, 3.0)
     with pytest.raises(ValueError, match="to be a list"):
         keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).compile(loss="mse", metrics="mae")
+
+
+# tf.data's own methods called from R with R doubles, as R code builds a pipeline (the mlverse
+# program's ds$shuffle(2000)$batch(64 * workers)), against the same pipeline built in Python.
+TF = 'tf <- reticulate::import("tensorflow"); '
+DATASETS = {
+    "shuffle_repeat_take_skip_batch_prefetch": (
+        TF + "tf$data$Dataset$range(100L)$shuffle(buffer_size = 50, seed = 1)$`repeat`(count = 2)"
+             "$take(count = 150)$skip(count = 10)$batch(batch_size = 16)$prefetch(buffer_size = 2)",
+        lambda tf: tf.data.Dataset.range(100).shuffle(50, seed=1).repeat(2).take(150).skip(10)
+        .batch(16).prefetch(2)),
+    "positional_doubles": (
+        TF + "tf$data$Dataset$range(40L)$shuffle(2000, seed = 3)$batch(4 * 2)",
+        lambda tf: tf.data.Dataset.range(40).shuffle(2000, seed=3).batch(8)),
+    "shard_interleave_padded_rebatch": (
+        TF + "tf$data$Dataset$range(24L)$shard(num_shards = 2, index = 1)"
+             "$interleave(function(x) tf$data$Dataset$from_tensors(x), cycle_length = 2, "
+             "block_length = 1)$padded_batch(4)$rebatch(2)",
+        lambda tf: tf.data.Dataset.range(24).shard(2, 1).interleave(
+            tf.data.Dataset.from_tensors, cycle_length=2, block_length=1).padded_batch(4)
+        .rebatch(2)),
+}
+
+
+@pytest.mark.parametrize("case", list(DATASETS))
+def test_r_values_in_a_tf_data_pipeline_give_tensorflows_own_elements(r, case):
+    import tensorflow as tf
+
+    code, build = DATASETS[case]
+    got = [e.tolist() for e in _from_r(r, code).as_numpy_iterator()]
+    assert got == [e.tolist() for e in build(tf).as_numpy_iterator()]
+
+
+def test_a_tf_data_argument_that_cannot_be_converted_is_an_r_error_naming_it(r):
+    message = r("tryCatch(reticulate::import('tensorflow')$data$Dataset$range(4L)$batch(2.5), "
+                "error = conditionMessage)")[0]
+    assert "`batch_size` of " in message and "got 2.5" in message, message
