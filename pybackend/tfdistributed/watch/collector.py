@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 import time
 
+from .._args import as_seconds
 from ..errors import ArgumentTypeError
-from . import progress, stall
+from . import channel, progress, recorder, stall
 from .tensorboard import TensorBoardLog, epoch_events, task_events
 
 DEFAULT_STALL_WARNING = 60.0
@@ -243,10 +245,6 @@ class JobWatch:
 def job_watch(progress, stall_warning, *, echo: bool, on_output, tensorboard=None) -> JobWatch:
     """The :class:`JobWatch` of ``launch(progress=, stall_warning=, tensorboard=)``, arguments
     checked."""
-    import sys
-
-    from .._args import as_seconds
-
     if progress not in (True, False, "lines", "live", None):
         raise ArgumentTypeError(f"`progress` must be True, False, 'lines' or 'live', got "
                                 f"{progress!r}.")
@@ -263,8 +261,6 @@ def job_watch(progress, stall_warning, *, echo: bool, on_output, tensorboard=Non
 
 def task_env(stall_warning, stall_timeout) -> dict:
     """What every task of a launched job is told: send records, and the stall limits."""
-    from .._args import as_seconds
-    from . import channel, recorder
 
     if stall_timeout is not None:
         stall_timeout = as_seconds(stall_timeout, "stall_timeout", minimum=1)
