@@ -511,8 +511,9 @@ def read_tf_config(value=None) -> dict | None:
     return _as_read(config)
 
 
-def _process_getenv(name: str):
-    """``getenv(name)`` of the C library: the process environment as it is now."""
+def process_getenv(name: str) -> str | None:
+    """``name`` in the process environment as it is now (``getenv(3)``), not Python's copy
+    (which R's ``Sys.setenv()`` after Python started never reaches)."""
     try:
         import ctypes
 
@@ -533,7 +534,7 @@ def sync_tf_config() -> str | None:
     other code in the same process, such as R's ``Sys.setenv()``, is copied into it here,
     before TensorFlow reads it. Called by :func:`read_tf_config` and :func:`make_strategy`.
     """
-    value = _process_getenv("TF_CONFIG")
+    value = process_getenv("TF_CONFIG")
     if value is None:
         os.environ.pop("TF_CONFIG", None)
     elif os.environ.get("TF_CONFIG") != value:

@@ -66,10 +66,10 @@ def route(trainer, routes: dict) -> None:
         check_not_alone(_strategy(self), "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
-        args, kwargs = _sharded(originals["fit"], self, args, kwargs, "model.fit")
         bound = _bound(originals["fit"], self, args, kwargs)
         if bound is None:  # a wrong call: Keras' own message says which argument
             return originals["fit"](self, *args, **kwargs)
+        _shard(bound, self, "model.fit")
         given = bound.arguments
         given["callbacks"] = recorder_for(self, _safe(given.get("callbacks")),
                                           examples_per_step(given.get("x"),
@@ -82,16 +82,22 @@ def route(trainer, routes: dict) -> None:
         _refuse_r_generator(originals["evaluate"], self, args, kwargs, "model.evaluate")
         if _is_parameter_server(self):
             return routes["evaluate"](self, *args, **kwargs)
-        if not kwargs.get("_use_cached_eval_dataset"):  # fit's validation: checked by fit
-            args, kwargs = _sharded(originals["evaluate"], self, args, kwargs, "model.evaluate")
-        return originals["evaluate"](self, *args, **kwargs)
+        bound = _bound(originals["evaluate"], self, args, kwargs)
+        # fit's own validation (_use_cached_eval_dataset) was checked by fit.
+        if bound is None or kwargs.get("_use_cached_eval_dataset"):
+            return originals["evaluate"](self, *args, **kwargs)
+        _shard(bound, self, "model.evaluate")
+        return originals["evaluate"](*bound.args, **bound.kwargs)
 
     def predict(self, *args, **kwargs):
         check_keras_call(originals["predict"], self, args, kwargs)
         if _is_parameter_server(self):
             return routes["predict"](self, *args, **kwargs)
-        args, kwargs = _sharded(originals["predict"], self, args, kwargs, "model.predict")
-        return originals["predict"](self, *args, **kwargs)
+        bound = _bound(originals["predict"], self, args, kwargs)
+        if bound is None:
+            return originals["predict"](self, *args, **kwargs)
+        _shard(bound, self, "model.predict")
+        return originals["predict"](*bound.args, **bound.kwargs)
 
     for name, patched in (("fit", fit), ("evaluate", evaluate), ("predict", predict)):
         patched.__tfdistributed_original__ = originals[name]
@@ -127,24 +133,20 @@ def _bound(method, model, args, kwargs):
         return None
 
 
-def _sharded(method, model, args, kwargs, what):
-    """``(args, kwargs)`` with each dataset among ``x`` and ``validation_data`` through the
-    shard pre-flight, in a multi-worker job (else as given, at no cost)."""
+def _shard(bound, model, what) -> None:
+    """Each dataset among ``x`` and ``validation_data`` of a call ``bound`` to Keras' own
+    signature through the shard pre-flight, in place, in a multi-worker job (else nothing to
+    do, at no cost)."""
     import tensorflow as tf
 
-    workers = input_workers(getattr(model, "_distribute_strategy", None)
-                            or tf.distribute.get_strategy())
+    workers = input_workers(_strategy(model))
     if workers < 2:
-        return args, kwargs
-    bound = _bound(method, model, args, kwargs)
-    if bound is None:
-        return args, kwargs  # a wrong call: Keras' own message says which argument
+        return
     data = "the training data" if what == "model.fit" else "the data"
     for name, label in (("x", data), ("validation_data", "the validation data")):
         if isinstance(bound.arguments.get(name), tf.data.Dataset):
             bound.arguments[name] = shard_for_workers(bound.arguments[name], workers,
                                                       f"{what}(), {label}")
-    return bound.args[1:], bound.kwargs
 
 
 def _strategy(model):

@@ -80,6 +80,7 @@ class JobWatch:
         self.stragglers: dict[str, list] = {}
         self._last_live = 0.0
         self._stall_said = None
+        self._stall_looked = 0.0
         self.last_stall: str | None = None  # the last stall named, for a timeout's message
 
     # -- records, from any thread ---------------------------------------------------------------
@@ -180,8 +181,10 @@ class JobWatch:
                                          step_seconds=step_seconds))
 
     def _stall(self, now: float) -> str | None:
-        if self.stall_warning is None:
+        # Beats come every 2 s: once a second is often enough to look (due() runs every 50 ms).
+        if self.stall_warning is None or now - self._stall_looked < 1.0:
             return None
+        self._stall_looked = now
         # Aged to now: a task whose beats stopped (its Python blocked) is still idle, and silent.
         states = {n: dict(t.beat, idle=t.beat.get("idle", 0.0) + now - t.beat_at,
                           silent=now - t.beat_at) for n, t in self.tasks.items() if t.beat}

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 
-from ..cluster import parse_address
+from ..cluster import parse_address, process_getenv
 from ..errors import ArgumentTypeError, JoinTimeoutError
 from . import tfconfig
 
@@ -74,7 +74,7 @@ def join_timeout() -> float:
     if explicit is not None:
         return explicit
     # The process's value: a hand-started R job may Sys.setenv() it after Python started.
-    value = (tfconfig.process_getenv(ENV) or "").strip()
+    value = (process_getenv(ENV) or "").strip()
     return as_timeout(value, ENV) if value else DEFAULT_JOIN_TIMEOUT
 
 

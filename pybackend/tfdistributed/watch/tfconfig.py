@@ -21,7 +21,6 @@ removed with ``Sys.unsetenv()`` disappears too). It is installed with the join w
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 from ..cluster import sync_tf_config
@@ -62,19 +61,6 @@ def patch() -> bool:
         return False
     module._load_tf_config = live_load_tf_config(module._load_tf_config)
     return True
-
-
-def process_getenv(name: str) -> str | None:
-    """``name`` in the process environment as it is now (``getenv(3)``), not Python's copy."""
-    try:
-        import ctypes
-
-        getenv = ctypes.CDLL(None).getenv
-        getenv.restype, getenv.argtypes = ctypes.c_char_p, [ctypes.c_char_p]
-    except (OSError, TypeError, AttributeError):  # no C library to ask (e.g. Windows)
-        return os.environ.get(name)
-    value = getenv(os.fsencode(name))
-    return None if value is None else os.fsdecode(value)
 
 
 def _training_tasks(config: dict) -> list[str]:
