@@ -161,7 +161,7 @@ def test_task_that_never_joins_is_named_at_the_timeout(tmp_path):
     cluster = tfd.local_cluster(2)
     path = script(tmp_path, MWMS_SCRIPT)
     with pytest.raises(LaunchTimeoutError) as info:
-        tfd.launch(path, cluster=cluster, tasks=[("worker", 0)], timeout=25, echo=False)
+        tfd.launch(path, cluster=cluster, tasks=[("worker", 0)], timeout=15, echo=False)
     message = str(info.value)
     assert f"never joined the cluster (no server on their address): worker 1 ({cluster['worker'][1]})" in message
     assert "worker 0" in message.split("Still running")[1]

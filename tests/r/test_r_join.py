@@ -45,7 +45,7 @@ def test_distribute_strategy_join_timeout_names_the_peer_that_never_came():
     invisible(digits_data())   # Python is running: TF_CONFIG comes after
     Sys.setenv(TF_CONFIG = '{{"cluster": {{"worker": ["127.0.0.1:{ports[0]}", "127.0.0.1:{ports[1]}"]}},
                              "task": {{"type": "worker", "index": 0}}}}')
-    result <- tryCatch(distribute_strategy("multi_worker_mirrored", join_timeout = 40),
+    result <- tryCatch(distribute_strategy("multi_worker_mirrored", join_timeout = 15),
                        error = function(e) e)
     cat("class:", class(result), "\\n")
     cat("message:", conditionMessage(result), "\\n")
@@ -55,7 +55,7 @@ def test_distribute_strategy_join_timeout_names_the_peer_that_never_came():
     assert done.returncode == 0, output[-3000:]
     missing = f"worker 1 at 127.0.0.1:{ports[1]}: connection refused"
     assert f"[tfdistributed] worker 0 has waited" in output and missing in output, output[-3000:]
-    assert "message: worker 0 gave up joining the job after 40 s" in output, output[-3000:]
+    assert "message: worker 0 gave up joining the job after 15 s" in output, output[-3000:]
     assert f"missing: {missing}" in output
 
 

@@ -5,7 +5,8 @@ every chief/worker task to register with TensorFlow's coordination service, sile
 default for an hour. Here, while it waits:
 
 - after :data:`FIRST_NOTICE` seconds (a normal join on a busy 2-core machine takes 10+ s, so
-  the normal suite prints nothing) and then every :data:`NOTICE_INTERVAL` seconds, the task
+  the normal suite prints nothing) and then every :data:`NOTICE_INTERVAL` seconds, or a
+  third of a shorter join timeout each (so that the wait is named before it ends), the task
   prints (through a helper process, :class:`Watcher`) one line naming the tasks it may still wait for, with their addresses and what the
   network answers when it connects to each (:func:`probe`): connection refused (nothing
   listens: not started, crashed, a wrong port), no route or timed out (a wrong address, a
@@ -175,7 +176,9 @@ class Watcher:
     def __init__(self, me: str, tasks: list[tuple[str, str]], seconds: float, *,
                  first=FIRST_NOTICE, interval=NOTICE_INTERVAL):
         self.me, self.tasks, self.seconds = me, tasks, seconds
-        self.first, self.interval = first, interval  # seconds to the first notice, between
+        # Seconds to the first notice, and between two: a short join timeout (a user's 20 s)
+        # still gets its notices, a third of the way in and at two thirds.
+        self.first, self.interval = min(first, seconds / 3), min(interval, seconds / 3)
         self._process = None
 
     def __enter__(self):
