@@ -5,24 +5,25 @@ Run by ``bench/hosts.py``, after the CNN's rounds; its report is group 9's
 job the arms take turns in every round (order rotated each round), so all arms share the same
 processes, links and moment of a shared machine:
 
-- ``fp32``: today's one all-reduce of the whole 32-bit gradient per step;
-- ``packs``: the same in packs of ``PACK_BYTES`` (``CommunicationOptions(bytes_per_pack=)``),
+- ``fp32``: one all-reduce of the whole 32-bit gradient per step;
+- ``packs``: the same in packs of ``PACK_BYTES`` (``set_bytes_per_pack``),
   each free to start as soon as its gradients are computed;
 - ``fp16``, ``bf16``: ``gradient_compression``.
 
 Each arm recompiles the model (a fresh Adam, learning rate 1e-3), restores the same initial weights and trains
 2 epochs of the same batches: epoch 1 traces and warms up, epoch 2 is timed, and its loss (the
 mean over epoch 2's steps, the same steps for every arm) is compared with fp32's. The arms
-switch settings on the one strategy of the job: ``set_gradient_compression`` and, for packs, the
-strategy's communication options (read when the train step is traced, as
-:func:`tfdistributed.compression.gradient_options` says). The job then times all-reduces alone
-of 4 sizes, for the ring model's check: the line fitted at N = 2 projects N = 4.
+switch settings on the one strategy of the job: ``set_gradient_compression`` and
+``set_bytes_per_pack`` (read when the train step is traced, as
+:func:`tfdistributed.packing.gradient_options` says; ``fp32`` is one all-reduce, 0, not the
+"auto" default, which packs a gradient this big; bench/overlap.py measures that). The job then
+times all-reduces alone of 4 sizes, for the ring model's check: the line fitted at N = 2
+projects N = 4.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 
 HIDDEN = 1280  # 784-1280-1280-10: 2.66 M parameters, a 10.6 MB float32 gradient
 PACK_BYTES = 2_500_000
@@ -49,14 +50,12 @@ def data(n: int):
 
 def run_arm(tfd, keras, strategy, model, initial, arm, x, y, steps):
     """``(step ms, loss)`` of one arm: 2 epochs of ``steps`` steps, epoch 2 timed."""
-    import tensorflow as tf
-
     from workloads import make_timer
 
     tfd.set_gradient_compression(strategy, arm if arm in ("fp16", "bf16") else None)
-    # Benchmark only: the one strategy of the job takes each arm's packing in turn.
-    strategy.extended._communication_options = tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=PACK_BYTES if arm == "packs" else 0)
+    # The one strategy of the job takes each arm's packing in turn: one all-reduce (0, not
+    # the "auto" default, which packs a gradient this big) but for the packs arm.
+    tfd.set_bytes_per_pack(strategy, PACK_BYTES if arm == "packs" else 0)
     with strategy.scope():
         model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.
                       SparseCategoricalCrossentropy(from_logits=True))
@@ -144,18 +143,14 @@ def _merged(lines: list) -> dict:
 
 
 def run_all(cfg: dict) -> dict:
+    from run import run_or_reason
+
     runs = {}
     for link in cfg["netbound_links"]:
         for workers in cfg["netbound_workers"]:
             key = f"{link}/{workers}"
             print(f"[bench] network-bound MLP: {workers} hosts at {link} ...", flush=True)
-            t0 = time.monotonic()
-            try:
-                runs[key] = run_job(link, workers, cfg)
-                print(f"[bench]   done ({time.monotonic() - t0:.0f} s)", flush=True)
-            except Exception as e:  # noqa: BLE001 - one failed job must not stop the others
-                runs[key] = f"{type(e).__name__}: {e}"
-                print(f"[bench]   failed: {runs[key]}", flush=True)
+            runs[key] = run_or_reason(lambda: run_job(link, workers, cfg))
     return runs
 
 

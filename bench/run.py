@@ -5,10 +5,10 @@
     .venv/bin/python bench/run.py --only 6 --out bench/results-generator   # one group only
 
 Group 9, across hosts, is bench/hosts.py (root only), group 10, self-healing, is
-bench/healing.py, and group 11, watching a job, is bench/watching.py: each has its own rounds and
-report (bench/results-hosts[-quick].md, bench/results-healing[-quick].md,
-bench/results-watching[-quick].md), so each runs once, as its own process, after the other groups,
-and this report says where its results went or why it failed.
+bench/healing.py, group 11, watching a job, is bench/watching.py, and group 12, gradient packs
+overlapping the backward pass across hosts, is bench/overlap.py (root only): each has its own
+rounds and report (bench/results-<name>[-quick].md), so each runs once, as its own process,
+after the other groups, and this report says where its results went or why it failed.
 
 Every measured run is a fresh process (or a fresh local cluster) running bench/workloads.py,
 bench/r_fit.R or bench/r_generator.R. The arms of a benchmark alternate within each round, and
@@ -42,10 +42,12 @@ RESULT_TAG = "BENCH_RESULT"
 HOSTS_GROUP = "9. Across hosts (bench/hosts.py)"
 HEALING_GROUP = "10. Self-healing (bench/healing.py)"
 WATCHING_GROUP = "11. Watching a job (bench/watching.py)"
+OVERLAP_GROUP = "12. Packs overlapping the backward pass, across hosts (bench/overlap.py)"
 # Standalone groups: (title, script, report prefix), each run once as its own process.
 STANDALONE = ((HOSTS_GROUP, "hosts.py", "results-hosts"),
               (HEALING_GROUP, "healing.py", "results-healing"),
-              (WATCHING_GROUP, "watching.py", "results-watching"))
+              (WATCHING_GROUP, "watching.py", "results-watching"),
+              (OVERLAP_GROUP, "overlap.py", "results-overlap"))
 
 
 @dataclass(frozen=True)
@@ -572,6 +574,34 @@ def run_own_group(script: str, configs: dict, quick: bool, out, argv, run_rounds
     runs = run_rounds(cfg)
     print(write_report(runs, cfg, quick, started, time.monotonic() - t0, prefix, command))
     print(f"[bench] written: {prefix.with_suffix('.md')}, .json")
+
+
+def run_own_host_group(script: str, configs: dict, quick: bool, out, argv, run_rounds,
+                       write_report):
+    """:func:`run_own_group` for a group on the host bed of network namespaces (root only):
+    exits with the reason when the hosts cannot be built here."""
+    from tfdistributed.hostbed import HostBedError, check_can_build
+
+    try:
+        check_can_build()
+    except HostBedError as e:
+        sys.exit(f"[bench] the hosts cannot be built here: {e}")
+    run_own_group(script, configs, quick, out, argv, run_rounds, write_report)
+
+
+def run_or_reason(run, *, show_result: bool = False):
+    """``run()``'s result (printed with its seconds when ``show_result``, else "done"), or the
+    reason it failed as a string (one failed job must not stop the others)."""
+    t0 = time.monotonic()
+    try:
+        result = run()
+    except Exception as e:  # noqa: BLE001 - one failed job must not stop the others
+        result = f"{type(e).__name__}: {e}"
+        print(f"[bench]   failed: {result}", flush=True)
+        return result
+    print(f"[bench]   {result if show_result else 'done'} ({time.monotonic() - t0:.0f} s)",
+          flush=True)
+    return result
 
 
 def chosen(title: str, prefixes) -> bool:

@@ -6,7 +6,8 @@
         model = ...; model.compile(...)
     tfd.fit(model, x, y, epochs=5, batch_size=64)
 
-Modules: strategies (by name), compression (gradients all-reduced in 16 bits), cluster
+Modules: strategies (by name), compression (gradients all-reduced in 16 bits), packing (the
+gradient all-reduce in packs that overlap the backward pass), cluster
 (TF_CONFIG), data (the input plan every fit/evaluate/predict follows, TFDS), sharding (shard
 policies and the pre-flight every entry point runs), training (fit, evaluate and predict under
 any strategy), ps
@@ -37,6 +38,7 @@ from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec, is_c
                       validate_cluster, validate_tf_config)
 from .data import global_batch_size, load_tfds, make_dataset
 from .compression import gradient_compression, set_gradient_compression
+from .packing import set_bytes_per_pack
 from .demo_data import digits_arrays, write_digits_tfds
 from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, JoinTimeoutError,
                      LaunchError, LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
@@ -73,7 +75,8 @@ __all__ = [
     "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
-    "configure_cpu_devices", "digits_arrays", "gradient_compression", "set_gradient_compression", "evaluate", "fit", "global_batch_size",
+    "configure_cpu_devices", "digits_arrays", "gradient_compression", "set_gradient_compression",
+    "set_bytes_per_pack", "evaluate", "fit", "global_batch_size",
     "is_checkpoint_writer", "is_chief",
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
     "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",

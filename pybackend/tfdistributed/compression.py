@@ -80,25 +80,6 @@ def gradient_compression(strategy) -> str | None:
     return getattr(strategy, _ATTRIBUTE, None)
 
 
-def gradient_options(strategy):
-    """The ``CommunicationOptions`` ``strategy`` was made with (``make_strategy``'s or
-    TensorFlow's own ``communication_options``), or None, for the gradient all-reduce to pass on.
-
-    TensorFlow packs the tensors of a replica-context all-reduce (Keras' gradients') by the
-    options of that *call*, not the strategy's: a strategy's ``bytes_per_pack`` is ignored for
-    Keras' gradients (TensorFlow 2.21). Passed on, it splits the gradients into packs of about
-    that many bytes, each its own all-reduce, the last layers' first (TensorFlow reverses them),
-    each free to start as soon as its gradients are computed. Only for
-    ``MultiWorkerMirroredStrategy`` (whose options are the user's; ``MirroredStrategy`` keeps
-    options of its own choosing, which its reductions do not need).
-    """
-    import tensorflow as tf
-
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return None
-    return getattr(strategy.extended, "_communication_options", None)
-
-
 def check_compressible(strategy) -> None:
     """A :class:`StrategyError` unless ``strategy`` all-reduces gradients across workers."""
     import tensorflow as tf

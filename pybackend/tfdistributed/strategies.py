@@ -31,6 +31,8 @@ from . import compat, slurm_env
 from ._args import as_int
 from .compression import (canonical_compression, gradient_compression, ignored_for_local,
                           not_compressible, set_gradient_compression)
+from .packing import (as_bytes_per_pack, communication_options, fixed_pack_bytes,
+                      set_bytes_per_pack, threads_for_overlap)
 from .cluster import check_own_address, num_workers, read_tf_config, sync_tf_config
 from .errors import ArgumentTypeError, StrategyError, closest
 from .watch import join
@@ -269,7 +271,7 @@ _MAKERS = {
 
 
 def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_resolver=None,
-                  join_timeout=None, gradient_compression=None, **kw):
+                  join_timeout=None, gradient_compression=None, bytes_per_pack=None, **kw):
     """A ``tf.distribute.Strategy`` from its name (see the module docstring for the names).
 
     Args:
@@ -287,6 +289,11 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
             between workers in 16 bits (:mod:`tfdistributed.compression`); only for
             ``multi_worker_mirrored`` (an error for the other kinds, a warning and ignored when
             ``auto`` picks a local strategy). None (the default) or ``"none"``: 32 bits.
+        bytes_per_pack: for ``multi_worker_mirrored``: the gradient all-reduce in packs of
+            about this many bytes, each sent while the backward pass goes on
+            (:mod:`tfdistributed.packing`); 0: one all-reduce per step; None (the default):
+            "auto", packs for gradients of 8 MB or more. An error for the other kinds (but 0
+            or None); ignored when ``auto`` picks a local strategy.
         **kw: passed to the kind's constructor: ``cross_device_ops`` (mirrored),
             ``parameter_device`` (central_storage), ``communication_options``
             (multi_worker_mirrored), ``variable_partitioner`` (parameter_server), ``tpu``.
@@ -295,6 +302,11 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
     compression = canonical_compression(gradient_compression)
     if compression and kind not in ("auto", "multi_worker_mirrored"):
         raise not_compressible(repr(kind))
+    bytes_per_pack = as_bytes_per_pack(bytes_per_pack)
+    if bytes_per_pack and kind not in ("auto", "multi_worker_mirrored"):
+        raise StrategyError(
+            f"`bytes_per_pack` applies to 'multi_worker_mirrored', whose gradients cross the "
+            f"network in an all-reduce; {kind!r} has none to pack. Drop `bytes_per_pack`.")
     num_cpu_devices = as_int(num_cpu_devices, "num_cpu_devices", minimum=1, allow_none=True)
     known = {"cross_device_ops", "parameter_device", "communication_options",
              "variable_partitioner", "tpu"}
@@ -315,8 +327,17 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
         if compression and kind != "multi_worker_mirrored":
             ignored_for_local(kind, gradient_compression)
             compression = None
+        if kind != "multi_worker_mirrored":
+            bytes_per_pack = None  # nothing to pack: one process, no network
+    if kind == "multi_worker_mirrored":
+        if bytes_per_pack is not None:
+            kw["communication_options"] = communication_options(
+                bytes_per_pack, kw.get("communication_options"))
+        threads_for_overlap(bytes_per_pack)
     with join.timeout(join_timeout):
         strategy = _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
+    if bytes_per_pack is not None:
+        set_bytes_per_pack(strategy, bytes_per_pack)
     return set_gradient_compression(strategy, compression) if compression else strategy
 
 
@@ -359,7 +380,8 @@ def input_workers(strategy) -> int:
 
 def strategy_info(strategy) -> dict:
     """What a strategy is: kind, replicas in sync, local devices, workers and this task (and,
-    for ``multi_worker_mirrored``, its ``gradient_compression``)."""
+    for ``multi_worker_mirrored``, its ``gradient_compression`` and ``bytes_per_pack``: the
+    pack size set, 0 for one all-reduce per step, None for "auto")."""
     kind = strategy_kind(strategy)
     if kind == "default":
         devices = [_local_compute_devices()[0]]
@@ -377,6 +399,7 @@ def strategy_info(strategy) -> dict:
         spec = resolver.cluster_spec().as_dict()
         info["num_workers"] = max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
         info["gradient_compression"] = gradient_compression(strategy)
+        info["bytes_per_pack"] = fixed_pack_bytes(strategy)
     elif kind == "parameter_server":
         # ParameterServerStrategy keeps its resolver on itself: the public
         # `strategy.cluster_resolver` (which asks `extended`) is None.

@@ -50,3 +50,16 @@ def test_vignette_compression_table_is_the_benchmark_run():
         # Step, examples/s, "**speed-up** (per round)", loss, "loss ratio (per round)"
         assert (step, speed, loss) == (run[3], re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", run[5]),
                                        run[7].split(" ")[0])
+
+
+def test_vignette_overlap_table_is_the_benchmark_run():
+    results = (ROOT / "bench" / "results-overlap.md").read_text()
+    measured = {tuple(row[:3]): row for row in table_rows(results, "| Model | Link | Inter-op")}
+    vignette = (ROOT / "vignettes" / "running-on-a-cluster.Rmd").read_text()
+    shown = table_rows(vignette, "| Model | Link | Inter-op threads |")
+    assert [tuple(row[:3]) for row in shown] == list(measured)
+    for model, link, threads, one, packs, speed in shown:
+        run = measured[(model, link, threads)]
+        # ..., one all-reduce step, overlap, packs, packs step, overlap, "**speed** (rounds)"
+        assert (one, packs, speed) == (run[8], run[11],
+                                       re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", run[13]))

@@ -367,3 +367,26 @@ def test_compressed_gradients_train_as_32_bits_within_tolerance(tmp_path, one_de
             np.testing.assert_allclose(got, want, atol=COMPRESSED_WEIGHTS_ATOL[compression])
     for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_gradient_packs_are_several_all_reduces_that_train_as_one(tmp_path, one_device_1345):
+    # bytes_per_pack reaches Keras' gradients (TensorFlow alone packs only by the options of
+    # the all-reduce call, not the strategy's). The digits model's gradient, last layers first
+    # as TensorFlow packs it: the step's logs, the example count and the last layer's 10 + 640
+    # elements (2.6 KB, over 1 KB: a pack), then the first layer's 64 + 4,096: 2 all-reduces in
+    # the train step where one was. The update is the one-device update, within the 2-worker tolerance of
+    # CONFORMANCE.md (2 workers sum in another order than one device; packing only changes how
+    # many collectives carry the sums).
+    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345", "--bytes-per-pack", "1024")
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    outputs = read_outputs(tmp_path)
+    history, expected = one_device_1345
+    for report in outputs.values():
+        assert max(_step_collectives(report)) == 2
+        big = [c["elements"] for c in report["collectives"] if c["elements"] > 100]
+        assert 64 + 4096 in big and all(e == 64 + 4096 or 650 < e < 670 for e in big), big
+        np.testing.assert_allclose(report["history"]["loss"], history["loss"], rtol=2e-5)
+        for got, want in zip(report["weights"], expected):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
+        np.testing.assert_array_equal(a, b)

@@ -10,9 +10,9 @@ same all-reduce (the example counts travel with the gradients, no extra round tr
 update is the global mean's whatever the split; with even shares the weight is 1.
 Under a strategy marked for gradient compression (:mod:`tfdistributed.compression`) this is
 where the gradients go to 16 bits: the counts and carried values then travel in a small 32-bit
-all-reduce of their own, before the gradients'. The strategy's ``CommunicationOptions`` are
-passed on to the gradients' all-reduce (:func:`tfdistributed.compression.gradient_options`), so
-its ``bytes_per_pack`` packs them, which TensorFlow alone ignores for a replica's all-reduce.
+all-reduce of their own, before the gradients'. The gradients' all-reduce is packed
+(:func:`tfdistributed.packing.gradient_options`: the strategy's ``bytes_per_pack``, else packs
+for a big gradient), which TensorFlow alone never does for a replica's all-reduce.
 
 Two pieces of this machinery are public, for the repairs that build on it: the replica's
 example count while a train step is traced (:func:`counting_examples`), and other scalars that
@@ -25,7 +25,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..compression import compressed_all_reduce, gradient_compression, gradient_options
+from ..compression import compressed_all_reduce, gradient_compression
+from ..packing import gradient_options
 from .common import Repair, dtype_of, source
 
 _local_batch = threading.local()  # the replica's batch size while its train_step is traced
@@ -118,9 +119,11 @@ def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
             or optimizer.gradient_accumulation_steps):
         return all_reduce(optimizer, pairs)
     strategy = tf.distribute.get_strategy()
-    kind, options = gradient_compression(strategy), gradient_options(strategy)
+    kind = gradient_compression(strategy)
     if kind and all(g.dtype.base_dtype in (tf.float32, tf.float64) for g in grads):
-        return _compressed_all_reduce(context, pairs, grads, size, kind, options)
+        # Packed only at a size set: the 16-bit all-reduce cannot overlap (packing's docstring).
+        return _compressed_all_reduce(context, pairs, grads, size, kind,
+                                      gradient_options(strategy, auto=False))
     if size is None:
         return all_reduce(optimizer, pairs)
     # Replica r's gradient is mean_r / R; the global mean's is sum_r n_r * mean_r / N.
@@ -135,7 +138,8 @@ def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
     riders = _take_carried(dtype)
     reduced = context.all_reduce(tf.distribute.ReduceOp.SUM,
                                  [_scaled(g, weight) for g in grads] + [local]
-                                 + [v for _, v in riders], options=options)
+                                 + [v for _, v in riders],
+                                 options=gradient_options(strategy, grads))
     if riders:  # their mean over the replicas, as reduce_per_replica's
         _carried.means.update({slot: r / float(context.num_replicas_in_sync)
                                for (slot, _), r in zip(riders, reduced[len(grads) + 1:])})

@@ -86,3 +86,20 @@ test_that("gradient_compression marks a multi-worker strategy and shows in its p
   expect_true(any(grepl("gradients sent:   fp16", capture.output(print(strategy)), fixed = TRUE)))
   expect_null(strategy_info(distribute_strategy("multi_worker_mirrored"))$gradient_compression)
 })
+
+test_that("bytes_per_pack packs a multi-worker strategy's gradients and shows in its print", {
+  skip_if_no_backend()
+  strategy <- distribute_strategy("multi_worker_mirrored", bytes_per_pack = 4e6)
+  expect_identical(strategy_info(strategy)$bytes_per_pack, 4000000L)
+  expect_true(any(grepl("gradient packs:   4,000,000 bytes", capture.output(print(strategy)),
+                        fixed = TRUE)))
+  auto <- distribute_strategy("multi_worker_mirrored")
+  expect_null(strategy_info(auto)$bytes_per_pack)
+  expect_true(any(grepl("gradient packs:   auto", capture.output(print(auto)), fixed = TRUE)))
+  one <- distribute_strategy("multi_worker_mirrored", bytes_per_pack = 0)
+  expect_identical(strategy_info(one)$bytes_per_pack, 0L)
+  expect_error(distribute_strategy("mirrored", bytes_per_pack = 4e6),
+               "`bytes_per_pack` applies to 'multi_worker_mirrored'", class = "tfdistributed_error")
+  expect_error(distribute_strategy("multi_worker_mirrored", bytes_per_pack = 4.5),
+               "`bytes_per_pack` must be a single whole number", class = "tfdistributed_error")
+})

@@ -33,10 +33,12 @@ parser.add_argument("--model", choices=("digits", "busy"), default="digits")
 parser.add_argument("--validation-split", type=float, default=0.0)
 parser.add_argument("--floatx", help="keras.config.set_floatx() before the model is built")
 parser.add_argument("--compression", help="make_strategy's gradient_compression")
+parser.add_argument("--bytes-per-pack", type=int, help="make_strategy's bytes_per_pack")
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
-strategy = tfd.make_strategy("auto", gradient_compression=ns.compression)
+strategy = tfd.make_strategy("auto", gradient_compression=ns.compression,
+                             bytes_per_pack=ns.bytes_per_pack)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
