@@ -149,7 +149,8 @@ def run_job(model: str, link: str, per_worker: int, interop: int, cfg: dict) -> 
     import tfdistributed as tfd
     from tfdistributed.hostbed import HostBed
 
-    args = ["--worker", "--model", model, "--per-worker", str(per_worker), "--rounds", str(cfg["rounds"]),
+    args = ["--worker", "--model", model, "--per-worker", str(per_worker),
+            "--rounds", str(cfg["rounds"]),
             "--steps", str(cfg["steps"]), "--allreduce-reps", str(cfg["allreduce_reps"])]
     pin = pin_tasks()
 

@@ -93,7 +93,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         join_timeout: seconds each multi-worker task waits for the others to join its strategy
             (``TFDISTRIBUTED_JOIN_TIMEOUT`` in every task; default 300): meanwhile a waiting
             task names, every 15 s (a third of a shorter timeout), the tasks it still waits
-            for and what the network answers, then fails with ``JoinTimeoutError`` naming them (every backend).
+            for and what the network answers, then fails with ``JoinTimeoutError`` naming
+            them (every backend).
         show_all: also stream TensorFlow's C++ start-up lines and each task's Keras progress
             lines (always kept in ``output``).
         progress: one progress display for the whole job instead of each task's Keras progress

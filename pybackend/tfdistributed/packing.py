@@ -24,15 +24,15 @@ gradients, and this module fixes both:
 2. TensorFlow's executor needs a second inter-op thread to start a ready collective while it
    still runs the backward pass: with one (what TensorFlow picks by itself in a process that
    may use one core, e.g. ``srun --cpus-per-task=1``) it computes every gradient first and the
-   packs only add collectives (bench group 12: no overlap at all with one thread, 1.06-1.21x
-   the examples/s with two). :func:`threads_for_overlap` (run by ``make_strategy``) raises
-   TensorFlow's own choice of 1 to 2; a 1 the user set (``TF_NUM_INTEROP_THREADS=1``) is kept,
-   with a warning if packs were asked for.
+   packs only add collectives (bench group 12: no overlap with one thread, 1.04-1.16x the
+   examples/s of one all-reduce with two). :func:`threads_for_overlap` (run by
+   ``make_strategy``) raises TensorFlow's own choice of 1 to 2; a 1 the user set
+   (``TF_NUM_INTEROP_THREADS=1``) is kept, with a warning if packs were asked for.
 
-Packs change in how many collectives the sums travel, not what is summed (with 2 workers the
-sums are the same bit for bit). With ``gradient_compression`` the 16-bit all-reduce is packed
-only at a size given explicitly: it cannot overlap, as its fp16 scale is taken from every
-gradient first (:mod:`tfdistributed.compression`).
+Packs change in how many collectives the sums travel, not what is summed (with 2 workers each
+element is the sum of the same two values either way). With ``gradient_compression`` the
+16-bit all-reduce is packed only at a size given explicitly: it cannot overlap, as its fp16
+scale is taken from every gradient first (:mod:`tfdistributed.compression`).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from ._args import as_int
 from .errors import ArgumentTypeError
 
 THREADS_ENV = "TF_NUM_INTEROP_THREADS"
-# Measured in bench group 12 (2026-11-25): gradients of 10.6 and 13 MB in 2 packs were 1.06-1.21x
-# the examples/s of one all-reduce when compute and communication took times of the same order,
-# and no slower where communication dominated. Below 8 MB a step is rarely bound by the bytes;
-# at most ~4 packs keep the collectives' own latency (paid once per pack, in sequence) small,
-# as DDP's 25 MB buckets do for a ResNet-50's 102 MB.
+# Measured in bench group 12 (2026-11-25): gradients of 10.6 and 13 MB in 2 packs gave
+# 1.04-1.16x the examples/s of one all-reduce when compute and communication took times of the
+# same order (bench/results.md section 12; an earlier run with 2.5 MB packs: 1.01-1.25x). Below
+# 8 MB a step is rarely bound by the bytes; at most ~4 packs keep the collectives' own latency
+# (paid once per pack, in sequence) small, as DDP's 25 MB buckets do for a ResNet-50's 102 MB.
 AUTO_MIN_BYTES = 8_000_000
 AUTO_MIN_PACK = 4_000_000
 AUTO_PACKS = 4

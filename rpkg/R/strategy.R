@@ -43,7 +43,7 @@
 #'   default): "auto", about 4 packs for a gradient of 8 MB or more, one
 #'   all-reduce below; 0: always one all-reduce per step. Packs pay when a
 #'   step's compute and its all-reduce take times of the same order (a big model
-#'   on a slow network: 1.06-1.25x the examples/s measured); they need 2
+#'   on a slow network: 1.04-1.16x the examples/s measured); they need 2
 #'   TensorFlow inter-op threads, which this arranges for a task limited to one
 #'   core (a 1 you set is kept, with a warning when you asked for packs). An
 #'   error for the other kinds; ignored when `"auto"` picks a local strategy.

@@ -374,9 +374,9 @@ def test_gradient_packs_are_several_all_reduces_that_train_as_one(tmp_path, one_
     # the all-reduce call, not the strategy's). The digits model's gradient, last layers first
     # as TensorFlow packs it: the step's logs, the example count and the last layer's 10 + 640
     # elements (2.6 KB, over 1 KB: a pack), then the first layer's 64 + 4,096: 2 all-reduces in
-    # the train step where one was. The update is the one-device update, within the 2-worker tolerance of
-    # CONFORMANCE.md (2 workers sum in another order than one device; packing only changes how
-    # many collectives carry the sums).
+    # the train step where one was. The update is the one-device update, within the 2-worker
+    # tolerance of CONFORMANCE.md (2 workers sum in another order than one device; packing only
+    # changes how many collectives carry the sums).
     result = run_job(tmp_path, "--epochs", "2", "--examples", "1345", "--bytes-per-pack", "1024")
     assert [t.returncode for t in result.tasks] == [0, 0]
     outputs = read_outputs(tmp_path)
