@@ -79,7 +79,8 @@
 #'   What the tasks reported while they trained, from scripts that call
 #'   [fit_distributed()] or plain `model$fit()`: `$history` is the job's
 #'   training history (the chief's, else worker 0's; after restarts the whole
-#'   run's, each epoch once), the same kind of object as [fit_distributed()]
+#'   run's, each epoch once; of a script that fits twice, the last fit's), the
+#'   same kind of object as [fit_distributed()]
 #'   returns: `plot(job$history)` draws it, `as.data.frame(job$history)` gives
 #'   its rows. `$workers` is a data frame with one row per task: `task`,
 #'   `steps`, `examples_per_second`, `median_step_seconds`, `wait_seconds`

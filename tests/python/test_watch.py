@@ -92,6 +92,21 @@ def test_the_history_has_each_epoch_once_across_restarts():
     assert watch.epochs() == [0, 1, 2]
 
 
+def test_a_second_fit_replaces_the_epochs_it_trains_again_and_keeps_those_before():
+    watch = JobWatch(display=None)
+
+    def fit(first, losses):
+        watch.record("worker 0", {"kind": "begin", "epochs": first + len(losses)})
+        for epoch, loss in enumerate(losses, first):
+            watch.record("worker 0", {"kind": "epoch", "epoch": epoch, "logs": {"loss": loss}})
+
+    fit(0, [3.0, 2.0, 1.0])
+    fit(0, [0.9, 0.8])  # again from the start, 2 epochs: its own, not mixed with the first's
+    assert watch.history() == {"loss": [0.9, 0.8]} and watch.epochs() == [0, 1]
+    fit(2, [0.7])  # fit(initial_epoch=2): continues, as Keras numbers the epochs
+    assert watch.history() == {"loss": [0.9, 0.8, 0.7]}
+
+
 def test_launch_checks_the_watch_arguments():
     with pytest.raises(tfd.ArgumentTypeError, match="`progress` must be"):
         tfd.launch("x.py", progress="bars")
@@ -194,6 +209,13 @@ def test_the_job_writes_its_curves_for_tensorboard(even, tmp_path_factory):
 @pytest.mark.cluster
 def test_plain_model_fit_brings_back_its_history_too(tmp_path):
     result, _, own = run(tmp_path, "--keras-fit")
+    assert result.history == own["worker-0"] and result.epochs == [0, 1]
+
+
+@pytest.mark.cluster
+def test_a_script_that_fits_twice_brings_back_its_last_fits_history(tmp_path):
+    # 3 epochs, then 2 from the start: epoch 3 of the first fit must not stay behind.
+    result, _, own = run(tmp_path, "--epochs", "3", "--then", "2")
     assert result.history == own["worker-0"] and result.epochs == [0, 1]
 
 

@@ -7,7 +7,9 @@ function), asks it what to say now (:meth:`JobWatch.due`). At the end the result
 
 - ``history``: per epoch, every metric the reporting task (the chief, else worker 0) logged,
   validation included, as Keras' ``History.history`` has them; after restarts, the whole run's,
-  each epoch once (an epoch trained again by a later attempt is that attempt's);
+  each epoch once (an epoch trained again by a later attempt is that attempt's); a script that
+  fits again holds the epochs of its last fit, after those of earlier fits that it began past
+  (``fit(initial_epoch=5)`` keeps epochs 1-5 of the fit before it, as Keras numbers them);
 - ``workers``: one record per task: steps, examples/s, the median step, the time it spent
   waiting for the others in a step and its own work (both estimated from when each task begins
   and ends its steps: the steps end together, so a task that begins them late makes the others
@@ -49,6 +51,7 @@ class _Task:
         self.steps_before = 0    # steps of earlier attempts
         self.seconds_before = 0.0
         self.ended = False
+        self.new_fit = False     # a fit began, and its first epoch has not ended yet
         self.seen: dict = {}     # all attempts: epoch -> figures
         self.beat_at = time.monotonic()  # when its last beat came
 
@@ -100,7 +103,7 @@ class JobWatch:
             if kind == "beat":
                 task.beat, task.beat_at = record, time.monotonic()
             elif kind == "begin":
-                task.begin = record
+                task.begin, task.new_fit = record, True
             elif kind == "epoch":
                 self._epoch(name, task, record)
             elif kind == "end":
@@ -139,6 +142,10 @@ class JobWatch:
         task.beat = dict(task.beat, epoch=epoch, batch=record.get("steps"))
         self.events += task_events(name, epoch, record, len(self.tasks))
         if name == self._reporter():
+            if task.new_fit:  # a fit (again) from this epoch: what came after it is gone
+                for old in [e for e in self.history_by_epoch if e > epoch]:
+                    del self.history_by_epoch[old]
+            task.new_fit = False
             self.history_by_epoch[epoch] = dict(record.get("logs") or {})
             self.events += epoch_events(epoch, self.history_by_epoch[epoch])
             if self.display == "lines":

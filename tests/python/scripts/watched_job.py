@@ -1,15 +1,16 @@
 """One worker of a 2-worker job that goes wrong on purpose (run by tfdistributed.launch).
 
 usage: watched_job.py OUTDIR [--epochs N] [--keras-fit] [--slow-callback S] [--slow-input S]
-                      [--stall-callback STEP] [--stall-input STEP] [--uneven]
+                      [--stall-callback STEP] [--stall-input STEP] [--uneven] [--then EPOCHS]
 
 --slow-callback S: worker 1 sleeps S seconds after every step, in a callback (a straggler).
 --slow-input S: worker 1's input pipeline sleeps S seconds a batch (a straggler).
 --stall-callback STEP: worker 1 sleeps for good in a callback after its step STEP.
 --stall-input STEP: worker 1's input pipeline blocks for good at its batch STEP.
+--then EPOCHS: fit a second time, from epoch 0 (what the launcher's history keeps).
 --uneven: worker 1 trains one epoch fewer than worker 0 (as if each worker counted its own part
   of the data), so that it stops first, then stays busy with something else.
-Writes OUTDIR/<task>-<index>.json: the history its fit returned.
+Writes OUTDIR/<task>-<index>.json: the history its (last) fit returned.
 """
 
 import argparse
@@ -28,6 +29,8 @@ parser.add_argument("--slow-input", type=float, default=0.0)
 parser.add_argument("--stall-callback", type=int)
 parser.add_argument("--stall-input", type=int)
 parser.add_argument("--uneven", action="store_true")
+parser.add_argument("--then", type=int, metavar="EPOCHS",
+                    help="then fit again, from epoch 0, for EPOCHS epochs (a second fit)")
 ns = parser.parse_args()
 
 strategy = tfd.make_strategy("auto")
@@ -83,6 +86,9 @@ elif ns.keras_fit:
                         validation_split=0.1, shuffle=False, verbose=2)
 else:
     history = tfd.fit(model, x, y, batch_size=64, epochs=ns.epochs, callbacks=callbacks,
+                      validation_split=0.1, shuffle=False)
+if ns.then:
+    history = tfd.fit(model, x, y, batch_size=64, epochs=ns.then, callbacks=callbacks,
                       validation_split=0.1, shuffle=False)
 if ns.uneven and slow:
     time.sleep(3600)  # e.g. evaluating or saving, while worker 0 waits in its next step
