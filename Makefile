@@ -22,8 +22,8 @@ test: setup
 	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest $(PYTEST_ARGS)
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
-# suite or build (pytest markers `cluster` and `slow`): 604 tests, 2 min 7 s of pytest on this
-# 2-core machine, 2026-11-25. `make test` stays the full suite (1,004 tests, about 32 min).
+# suite or build (pytest markers `cluster` and `slow`): 621 tests, 2 min 23 s of pytest on this
+# 2-core machine, 2026-11-25. `make test` stays the full suite (1,024 tests, 32-41 min).
 check: setup
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -m "not cluster and not slow" $(PYTEST_ARGS)
 
