@@ -118,7 +118,7 @@ def compressed_all_reduce(context, grads, local, riders, kind, options=None):
 
     replicas = float(context.num_replicas_in_sync)
     weighted = [_map_values(g, lambda v: v * tf.cast(local * replicas, v.dtype)) for g in grads]
-    peak = tf.reduce_max(tf.stack([tf.cast(tf.reduce_max(tf.abs(_values(g))), tf.float32)
+    peak = tf.reduce_max(tf.stack([tf.cast(tf.reduce_max(tf.abs(gradient_values(g))), tf.float32)
                                    for g in weighted]))
     head = context.all_reduce(tf.distribute.ReduceOp.SUM, [local, peak] + list(riders))
     total = head[0]
@@ -147,7 +147,8 @@ def _fp16_scale(bound):
     return tf.where(usable, tf.pow(2.0, exponent), 1.0)
 
 
-def _values(gradient):
+def gradient_values(gradient):
+    """A gradient's values: the tensor itself, or an ``IndexedSlices``' ``values``."""
     import tensorflow as tf
 
     return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient

@@ -43,6 +43,7 @@ import os
 import warnings
 
 from ._args import as_int
+from .compression import gradient_values
 from .errors import ArgumentTypeError
 
 THREADS_ENV = "TF_NUM_INTEROP_THREADS"
@@ -98,7 +99,8 @@ def pack_bytes(strategy, grads=(), *, auto: bool = True) -> int:
         return fixed
     if not auto:
         return 0
-    total = sum((_values(g).shape.num_elements() or 0) * _values(g).dtype.size for g in grads)
+    values = [gradient_values(g) for g in grads]
+    total = sum((v.shape.num_elements() or 0) * v.dtype.size for v in values)
     return auto_pack_bytes(total)
 
 
@@ -184,9 +186,3 @@ def _warn_no_overlap(why: str) -> None:
         f"inter-op threads ({THREADS_ENV}=2, or tf.config.threading."
         f"set_inter_op_parallelism_threads(2) before anything else runs), or drop "
         f"`bytes_per_pack`.", stacklevel=3)
-
-
-def _values(gradient):
-    import tensorflow as tf
-
-    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient

@@ -25,41 +25,47 @@ def table_rows(text: str, header_start: str) -> list[list[str]]:
     return rows
 
 
-def test_vignette_bandwidth_table_is_the_benchmark_run():
-    results = (ROOT / "bench" / "results-hosts.md").read_text()
-    measured = {row[0]: row for row in table_rows(results, "| Link | Runs | Step (ms)")}
+def bold_ratio(cell: str) -> str:
+    """The ratio of a results cell ``**1.16** (1.17, 1.15, 1.16)``: ``1.16``."""
+    return re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", cell)
+
+
+def vignette_table(results_file: str, measured_header: str, shown_header: str, keys: int):
+    """The cluster vignette's table (``shown_header``) and the results file's rows by their
+    first ``keys`` cells, after checking that the vignette shows the same rows in order."""
+    results = (ROOT / "bench" / results_file).read_text()
+    measured = {tuple(row[:keys]): row for row in table_rows(results, measured_header)}
     vignette = (ROOT / "vignettes" / "running-on-a-cluster.Rmd").read_text()
-    shown = table_rows(vignette, "| Link | Step (ms)")
-    assert [row[0] for row in shown] == list(measured)
+    shown = table_rows(vignette, shown_header)
+    assert [tuple(row[:keys]) for row in shown] == list(measured)
+    return shown, measured, results, vignette
+
+
+def test_vignette_bandwidth_table_is_the_benchmark_run():
+    shown, measured, results, vignette = vignette_table(
+        "results-hosts.md", "| Link | Runs | Step (ms)", "| Link | Step (ms)", keys=1)
     for link, step, ratio, share in shown:
-        run = measured[link]
+        run = measured[(link,)]
         # Runs, step, "**ratio** (per round)", all-reduce ms, share...
-        assert (step, ratio, share) == (run[2], re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", run[3]), run[5])
+        assert (step, ratio, share) == (run[2], bold_ratio(run[3]), run[5])
     date = re.search(r"Date: (\d{4}-\d\d-\d\d)", results).group(1)
     assert f"({date}, " in vignette
 
 
 def test_vignette_compression_table_is_the_benchmark_run():
-    results = (ROOT / "bench" / "results-hosts.md").read_text()
-    measured = {tuple(row[:3]): row for row in table_rows(results, "| Link | Hosts | Arm |")}
-    vignette = (ROOT / "vignettes" / "running-on-a-cluster.Rmd").read_text()
-    shown = table_rows(vignette, "| Link | Hosts | Gradients |")
-    assert [tuple(row[:3]) for row in shown] == list(measured)
+    shown, measured, _, _ = vignette_table(
+        "results-hosts.md", "| Link | Hosts | Arm |", "| Link | Hosts | Gradients |", keys=3)
     for link, hosts, arm, step, speed, loss in shown:
         run = measured[(link, hosts, arm)]
         # Step, examples/s, "**speed-up** (per round)", loss, "loss ratio (per round)"
-        assert (step, speed, loss) == (run[3], re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", run[5]),
-                                       run[7].split(" ")[0])
+        assert (step, speed, loss) == (run[3], bold_ratio(run[5]), run[7].split(" ")[0])
 
 
 def test_vignette_overlap_table_is_the_benchmark_run():
-    results = (ROOT / "bench" / "results-overlap.md").read_text()
-    measured = {tuple(row[:3]): row for row in table_rows(results, "| Model | Link | Inter-op")}
-    vignette = (ROOT / "vignettes" / "running-on-a-cluster.Rmd").read_text()
-    shown = table_rows(vignette, "| Model | Link | Inter-op threads |")
-    assert [tuple(row[:3]) for row in shown] == list(measured)
+    shown, measured, _, _ = vignette_table(
+        "results-overlap.md", "| Model | Link | Inter-op", "| Model | Link | Inter-op threads |",
+        keys=3)
     for model, link, threads, one, packs, speed in shown:
         run = measured[(model, link, threads)]
         # ..., one all-reduce step, overlap, packs, packs step, overlap, "**speed** (rounds)"
-        assert (one, packs, speed) == (run[8], run[11],
-                                       re.sub(r"\*\*([\d.]+)\*\*.*", r"\1", run[13]))
+        assert (one, packs, speed) == (run[8], run[11], bold_ratio(run[13]))
