@@ -4,7 +4,7 @@ then a network-bound model on 2 and 4 hosts (``bench/netbound.py``).
     .venv/bin/python bench/hosts.py            # ~26 min, writes bench/results-hosts.{md,json}
     .venv/bin/python bench/hosts.py --quick    # smoke test (~2 min), bench/results-hosts-quick.*
 
-Needs root: the hosts are network namespaces of ``tfdistributed.hostbed``, one per worker,
+Needs root: the hosts are network namespaces of ``tfdistributed.testbeds.hostbed``, one per worker,
 joined by a bridge, each link capped with ``tc tbf`` (both ways) or not at all; the loopback arm
 is the usual local cluster on 127.0.0.1. Every arm runs the same worker (this file,
 ``--worker``): the bench CNN trained with ``tfdistributed.fit`` (median step time past epoch 1),
@@ -98,7 +98,7 @@ def worker(epochs: int, examples_per_replica: int, reps: int) -> None:
 
 def run_link(link: str, cfg: dict) -> dict:
     """One run of the job on ``link``; the slower worker's step and each size's all-reduce."""
-    from tfdistributed.hostbed import HostBed
+    from tfdistributed.testbeds.hostbed import HostBed
     from pinning import pin_tasks
     from run import RunFailed, base_env, failure_reason, parse_results
 

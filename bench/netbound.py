@@ -15,7 +15,7 @@ Each arm recompiles the model (a fresh Adam, learning rate 1e-3), restores the s
 mean over epoch 2's steps, the same steps for every arm) is compared with fp32's. The arms
 switch settings on the one strategy of the job: ``set_gradient_compression`` and
 ``set_bytes_per_pack`` (read when the train step is traced, as
-:func:`tfdistributed.packing.gradient_options` says; ``fp32`` is one all-reduce, 0, not the
+:func:`tfdistributed.strategies.packing.gradient_options` says; ``fp32`` is one all-reduce, 0, not the
 "auto" default, which packs a gradient this big; bench/overlap.py measures that). The job then
 times all-reduces alone of 4 sizes, for the ring model's check: the line fitted at N = 2
 projects N = 4.
@@ -105,7 +105,7 @@ def run_job(link: str, workers: int, cfg: dict) -> dict:
     import tfdistributed as tfd
     from pinning import pin_tasks
     from run import RunFailed, base_env, failure_reason, parse_results
-    from tfdistributed.hostbed import HostBed
+    from tfdistributed.testbeds.hostbed import HostBed
 
     args = ["--netbound-worker", "--rounds", str(cfg["rounds"]), "--steps", str(cfg["steps"]),
             "--allreduce-reps", str(cfg["netbound_allreduce_reps"])]

@@ -4,7 +4,7 @@
     .venv/bin/python bench/overlap.py --quick    # smoke test (~3 min), results-overlap-quick.*
 
 Why: with one all-reduce of the whole gradient, a step is compute, then communication. Split
-into packs (tfdistributed.packing: ``bytes_per_pack``, by default "auto", packs for a gradient
+into packs (tfdistributed.strategies.packing: ``bytes_per_pack``, by default "auto", packs for a gradient
 of 8 MB or more), the last layers' pack can cross the network while the first layers'
 gradients are still being computed, as PyTorch DDP's buckets do. Group 9's network-bound MLP
 (bench/netbound.py) cannot show it: at 64 examples per worker its compute is a few percent of a
@@ -99,7 +99,7 @@ def worker(ns) -> None:
     import keras
     import tensorflow as tf
 
-    from tfdistributed.packing import auto_pack_bytes
+    from tfdistributed.strategies.packing import auto_pack_bytes
 
     from hosts import time_all_reduces
     from workloads import emit
@@ -147,7 +147,7 @@ def run_job(model: str, link: str, per_worker: int, interop: int, cfg: dict) -> 
     from run import RunFailed, base_env, failure_reason, parse_results
 
     import tfdistributed as tfd
-    from tfdistributed.hostbed import HostBed
+    from tfdistributed.testbeds.hostbed import HostBed
 
     args = ["--worker", "--model", model, "--per-worker", str(per_worker),
             "--rounds", str(cfg["rounds"]),

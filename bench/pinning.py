@@ -25,7 +25,7 @@ def pin_tasks(ncores: int | None = None):
         ncores: cores to spread the tasks over (default ``os.cpu_count()``).
 
     Returns:
-        A function of a ``tfdistributed.launch.TaskPlan`` that sets its threads and CPU.
+        A function of a ``tfdistributed.engines.local.TaskPlan`` that sets its threads and CPU.
 
     Example:
         >>> from tfdistributed import launch                                # doctest: +SKIP

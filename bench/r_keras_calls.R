@@ -1,6 +1,6 @@
 # What R values in Keras' own calls cost: building and compiling a model through the package's
 # `keras` object with R values (doubles, c(8, 8, 1), "accuracy"; each call routed through the
-# backend's rules, tfdistributed.rvalues) against the same model built through reticulate's own
+# backend's rules, tfdistributed.r.values) against the same model built through reticulate's own
 # keras module with the values Keras takes (64L, input_shape(), list("accuracy")).
 # Usage: Rscript bench/r_keras_calls.R [ROUNDS] [BUILDS] [OUT.md]
 # Both arms run in the same process, one build of each in turn (which goes first alternates),

@@ -580,7 +580,7 @@ def run_own_host_group(script: str, configs: dict, quick: bool, out, argv, run_r
                        write_report):
     """:func:`run_own_group` for a group on the host bed of network namespaces (root only):
     exits with the reason when the hosts cannot be built here."""
-    from tfdistributed.hostbed import HostBedError, check_can_build
+    from tfdistributed.testbeds.hostbed import HostBedError, check_can_build
 
     try:
         check_can_build()

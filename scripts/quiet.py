@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 
-from tfdistributed.launchers.output import NOISE
+from tfdistributed.engines.output import NOISE
 
 
 def main(argv: list[str]) -> int:

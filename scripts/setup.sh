@@ -20,7 +20,7 @@ DEB_PKGS=(r-base-core r-base-dev pandoc r-cran-testthat r-cran-jsonlite r-cran-k
   r-cran-rmarkdown r-cran-roxygen2 r-cran-processx r-cran-rcpp r-cran-rcpptoml r-cran-here
   r-cran-png r-cran-rappdirs r-cran-withr r-cran-rlang r-cran-matrix xz-utils
   # A real single-node SLURM cluster for the SLURM backend's tests and tutorial
-  # (tfdistributed.slurm_local starts the daemons in a temporary directory; /etc/slurm is unused).
+  # (tfdistributed.testbeds.slurm starts the daemons in a temporary directory; /etc/slurm is unused).
   slurmd slurmctld slurm-client munge
   # ip and tc for the test bed of hosts (tests/python/hosts.py: network namespaces, tbf caps).
   iproute2)

@@ -41,7 +41,7 @@ def digits_tfds_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    from tfdistributed.slurm_local import LocalSlurm
+    from tfdistributed.testbeds.slurm import LocalSlurm
 
     slurm = LocalSlurm(cpus=2)
     try:
@@ -59,7 +59,7 @@ def ray_cluster():
     try:
         import ray
 
-        from tfdistributed.ray_backend import start_local_ray
+        from tfdistributed.engines.ray.launcher import start_local_ray
 
         start_local_ray(num_cpus=2)
     except Exception as e:  # noqa: BLE001

@@ -53,16 +53,16 @@ def main(argv=None) -> int:
     from .errors import TFDistributedError
 
     if ns.command == "server":
-        from .launch import run_server
+        from .engines.launch import run_server
 
         run_server()
         return 0
     if ns.command == "_call":
-        from .launchers.base import call_function
+        from .engines.base import call_function
 
         call_function(ns.call_path, ns.result_path)
         return 0
-    from .launch import DEFAULT_TIMEOUT, launch
+    from .engines.launch import DEFAULT_TIMEOUT, launch
 
     options = {"partition": ns.partition} if ns.partition else {}
     if options and ns.backend != "slurm":

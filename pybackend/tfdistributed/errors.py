@@ -97,7 +97,7 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
 class ShardingWarning(UserWarning):
     """A multi-worker dataset is sharded otherwise than by file although its policy is
     ``"auto"``: it reads fewer files than there are workers, so it is sharded by data (as
-    TensorFlow documents ``"auto"``; see :mod:`tfdistributed.sharding`). Said once per data set;
+    TensorFlow documents ``"auto"``; see :mod:`tfdistributed.data.sharding`). Said once per data set;
     set the shard policy to choose, or ``warnings.filterwarnings("ignore",
     category=ShardingWarning)``."""
 

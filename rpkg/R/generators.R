@@ -3,7 +3,7 @@
 # tf$data$Dataset$from_generator(<R function>) given to model$fit() hangs: TensorFlow calls the
 # generator on one of its own threads, reticulate runs R only on R's main thread, and that
 # thread is blocked inside fit(). Here the roles are swapped: training runs on a Python thread
-# (tfdistributed.generators.TrainingJob) and R's main thread serves the generator - it calls
+# (tfdistributed.r.served.TrainingJob) and R's main thread serves the generator - it calls
 # the R function, puts the batch into a bounded buffer (BatchFeed) that TensorFlow reads, and
 # waits for space in short Python calls (<= 10 ms). So R stays responsive: an interrupt is
 # noticed within one wait, and an error in the generator stops training at the next step.
@@ -85,7 +85,7 @@ dataset_from_generator <- function(generator, prefetch = 8) {
           describe(generator), ".", class = "tfdistributed_generator_error")
   }
   # The backend's feed holds `prefetch` batches: its rule, checked now rather than at fit().
-  prefetch <- with_backend(backend()$generators$BatchFeed$check_capacity(as_integer(prefetch)))
+  prefetch <- with_backend(backend()$r$feed$BatchFeed$check_capacity(as_integer(prefetch)))
   args <- names(formals(generator))
   known <- c("worker_index", "num_workers")
   unknown <- setdiff(args, c(known, "..."))
@@ -134,7 +134,7 @@ calls_r <- function(x) {
   if (!inherits(x, "tensorflow.python.data.ops.dataset_ops.DatasetV2")) {
     return(FALSE)
   }
-  found <- with_backend(backend()$rcallbacks$find_host_generators(x))
+  found <- with_backend(backend()$r$find_host_generators(x))
   found$r_functions > 0
 }
 
@@ -216,11 +216,11 @@ evaluate_served <- function(model, x, y = NULL, strategy = NULL, batch_size = NU
 
 # Start the job on a training thread and serve it from here until it ends.
 run_served <- function(model, x, strategy, args, what, passes, stream) {
-  gens <- backend()$generators
-  context <- with_backend(gens$check_strategy(model, strategy, what))
+  served <- backend()$r$served
+  context <- with_backend(served$check_strategy(model, strategy, what))
   steps <- if (what == "fit") args$steps_per_epoch else args$steps
-  with_backend(gens$check_epochs(model, strategy, steps, what))
-  feed <- gens$BatchFeed(capacity = x$prefetch, passes = passes, stream = stream)
+  with_backend(served$check_epochs(model, strategy, steps, what))
+  feed <- backend()$r$feed$BatchFeed(capacity = x$prefetch, passes = passes, stream = stream)
   state <- new.env()
   state$batches <- 0L
   state$calls <- 0L
@@ -231,7 +231,6 @@ run_served <- function(model, x, strategy, args, what, passes, stream) {
   if (!is.null(state$error)) {
     stop(state$error)
   }
-  served <- backend()$served
   starter <- if (what == "fit") served$start_fit else served$start_evaluate
   job <- with_backend(do.call(starter, c(list(model, feed), args)))
   on.exit(stop_job(job), add = TRUE)

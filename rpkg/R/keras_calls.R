@@ -5,8 +5,8 @@
 # `model$compile(metrics = "accuracy")` fail in Keras. keras3's R wrappers convert such values
 # first; here the exported `keras` module carries one more class, whose `$` method (below)
 # returns submodules with that class again and, for the calls the backend covers (layers,
-# callbacks, optimizers, ... see tfdistributed.rvalues), a function that sends its arguments
-# through the backend's one table of rules (`rvalues$call`). The rules and messages are the
+# callbacks, optimizers, ... see tfdistributed.r.values), a function that sends its arguments
+# through the backend's one table of rules (`r$values$call`). The rules and messages are the
 # backend's; R only routes. Unknown calls are returned as reticulate gives them.
 #
 # The returned function is the class for everything but the call: it carries the Python
@@ -66,7 +66,7 @@ covered_dataset_methods <- function() {
 r_values_state <- new.env()
 r_values <- function() {
   if (is.null(r_values_state$module)) {
-    r_values_state$module <- backend()$rvalues
+    r_values_state$module <- backend()$r$values
     r_values_state$call <- r_values_state$module$call
     r_values_state$covered <- new.env()
     r_values_state$model_methods <- as.character(unlist(r_values_state$module$COVERED_MODEL_METHODS))

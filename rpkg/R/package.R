@@ -25,7 +25,7 @@ tfd <- NULL
 #' There is no Keras R package here: models are built through reticulate, e.g.
 #' `keras$Sequential(list(keras$layers$Dense(64, activation = "relu")))`.
 #' R values are converted as keras3's R wrappers convert them, by one table of
-#' rules in the backend (`tfd$rvalues$R_VALUE_RULES`): in the calls of
+#' rules in the backend (`tfd$r$values$R_VALUE_RULES`): in the calls of
 #' `keras$layers`, `keras$callbacks`, `keras$optimizers`, `keras$losses`,
 #' `keras$metrics`, `keras$models`, `keras$regularizers`, `keras$initializers`,
 #' `keras$Input()`, `keras$Sequential()`, `keras$Model()` and a model's

@@ -1,6 +1,9 @@
-"""The backend's shape, checked on its source: layers that import one way, short functions, and
-an R package that uses only the backend's public names.
+"""The backend's shape, checked on its source: folders by concern in layers that import one way,
+short functions, and an R package that uses only the backend's public names.
 
+- At most 14 entries (modules and folders) at the package's top, and each folder imports only
+  the folders below it (``LAYERS``, the table its ``__init__`` docstrings describe): e.g. nothing
+  imports ``training`` but ``r``, and ``engines`` never imports ``training`` or ``data``.
 - No import cycle between backend modules (subpackages' modules included), lazy imports (inside
   functions) and name registries included: a module that imports another only inside a function
   still depends on it, and a module whose function fills a module-level table of another
@@ -23,8 +26,8 @@ MAX_FUNCTION_LINES = 60
 
 
 def _module_name(path: Path) -> str:
-    """``launch`` for launch.py, ``launchers.local`` for launchers/local.py, ``launchers`` for
-    launchers/__init__.py."""
+    """``demo`` for demo.py, ``engines.local.plan`` for engines/local/plan.py, ``engines`` for
+    engines/__init__.py."""
     parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
     if parts[-1] == "__init__" and len(parts) > 1:
         parts.pop()
@@ -59,9 +62,27 @@ def _imported(tree: ast.Module, module: str):
         yield node, target, [alias.name for alias in node.names]
 
 
+def _reexported(package: str) -> dict[str, str]:
+    """``{name: submodule}`` for the names a package's ``__init__`` takes from its modules."""
+    init = PACKAGE / package.replace(".", "/") / "__init__.py"
+    if not package or not init.exists():
+        return {}
+    found = {}
+    for node, target, _ in _imported(ast.parse(init.read_text()), package):
+        for alias in node.names:
+            if target.startswith(package + "."):
+                found[alias.asname or alias.name] = target
+    return found
+
+
 def _resolve(target: str, name: str, names: set[str]) -> str | None:
     """The package module ``from target import name`` depends on: ``target.name`` when that is
-    a module, else ``target`` (or its nearest enclosing module)."""
+    a module, the module a folder's ``__init__`` takes ``name`` from, else ``target`` (or its
+    nearest enclosing module)."""
+    if f"{target}.{name}".lstrip(".") not in names and _is_package(target):
+        origin = _reexported(target).get(name)
+        if origin in names:
+            return origin
     for candidate in (f"{target}.{name}".lstrip("."), target):
         while candidate:
             if candidate in names:
@@ -178,6 +199,58 @@ def _graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
     for package in [n for n in graph if _is_package(n)]:
         graph[package] -= {n for n in graph if n.startswith(package + ".")}
     return graph
+
+
+#: Each entry at the package's top and the entries it may import (lazy imports included), lowest
+#: first. ``__init__``, ``__main__`` and ``demo`` (the public API, the CLI, ``make demo``) may
+#: import anything.
+LAYERS = {
+    "errors": set(),
+    "_args": {"errors"},
+    "_moved": set(),
+    "cluster": {"errors", "_args"},
+    "data": {"errors", "_args"},
+    "watch": {"errors", "_args"},
+    "strategies": {"errors", "_args", "cluster"},
+    "training": {"errors", "_args", "cluster", "strategies", "data", "watch"},
+    "engines": {"errors", "_args", "cluster", "strategies", "watch"},
+    "r": {"errors", "_args", "cluster", "strategies", "data", "watch", "training"},
+    "testbeds": {"errors", "_args", "cluster"},
+}
+TOP = {"__init__", "__main__", "demo"}
+MAX_TOP_ENTRIES = 14
+
+
+def _entry(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_the_package_top_is_a_short_list_of_known_entries():
+    entries = {p.stem for p in PACKAGE.iterdir()
+               if (p.suffix == ".py" or (p / "__init__.py").exists())}
+    assert entries == set(LAYERS) | TOP, sorted(entries ^ (set(LAYERS) | TOP))
+    assert len(entries) <= MAX_TOP_ENTRIES, sorted(entries)
+
+
+def test_each_folder_imports_only_the_folders_below_it():
+    modules = _modules()
+    wrong = sorted(f"{module} imports {target}"
+                   for module, tree in modules.items() if _entry(module) not in TOP
+                   for target in _imports(tree, set(modules), module)
+                   if _entry(target) != _entry(module)
+                   and _entry(target) not in LAYERS[_entry(module)])
+    assert not wrong, wrong
+    assert _cycle({entry: set(allowed) for entry, allowed in LAYERS.items()}) is None
+
+
+def test_every_folder_says_what_lives_there_and_what_it_may_import():
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        modules = sorted(p.stem for p in init.parent.iterdir()
+                         if p.suffix == ".py" and p.stem != "__init__" or (p / "__init__.py").exists())
+        missing = [m for m in modules if f"``{m}" not in doc]
+        assert not missing, f"{init.parent.name}/__init__.py does not name {missing}"
+        assert "Layer" in doc or "import" in doc, f"{init.parent.name}: no word on its imports"
 
 
 def test_no_import_cycle_between_backend_modules_lazy_imports_and_registries_included():

@@ -177,7 +177,8 @@ def _arrays(n=40):
 
 @pytest.mark.parametrize("where", KINDS, ids=lambda k: k["kind"])
 def test_plan_batches_arrays_with_keras_default(where):
-    from tfdistributed.data import DEFAULT_BATCH_SIZE, plan_input
+    from tfdistributed.data.arrays import DEFAULT_BATCH_SIZE
+    from tfdistributed.data.plan import plan_input
 
     x, y, _ = _arrays(70)
     plan = plan_input("fit", x, y, **where)
@@ -193,7 +194,7 @@ def test_plan_batches_arrays_with_keras_default(where):
 
 @pytest.mark.parametrize("where", KINDS, ids=lambda k: k["kind"])
 def test_plan_validation_data_keeps_its_sample_weights(where):
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     x, y, w = _arrays()
     plan = plan_input("fit", x, y, validation_data=(x[:10], y[:10], w[:10]), batch_size=4,
@@ -213,7 +214,7 @@ def test_plan_validation_data_keeps_its_sample_weights(where):
 def test_plan_refuses_alike_on_every_path(where):
     import tensorflow as tf
 
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     x, y, _ = _arrays()
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
@@ -233,7 +234,7 @@ def test_plan_refuses_alike_on_every_path(where):
 
 
 def test_plan_validation_split_takes_the_last_rows_of_every_part():
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     x, y, w = _arrays()
     plan = plan_input("fit", x, y, sample_weight=w, validation_split=0.25, kind="default")
@@ -258,7 +259,7 @@ def test_plan_validation_split_takes_the_last_rows_of_every_part():
 def test_plan_class_weight(where):
     import tensorflow as tf
 
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     x, y, w = _arrays()
     plan = plan_input("fit", x, y, sample_weight=w, class_weight={0: 1.0, 1: 2.0, 2: 3.0},
@@ -274,7 +275,7 @@ def test_plan_class_weight(where):
 
 
 def test_plan_dataset_function_is_for_parameter_server_fit_only():
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     def dataset_fn(context):
         raise AssertionError("not called by the plan")
@@ -291,7 +292,7 @@ def test_plan_dataset_function_is_for_parameter_server_fit_only():
 
 
 def test_plan_checks_shards_of_a_multi_worker_dataset(digits_tfds_dir):
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     train = tfd.load_tfds("sklearn_digits", "train", digits_tfds_dir).batch(32)
     plan = plan_input("fit", train, kind="multi_worker_mirrored", workers=2, shard_policy="file")
@@ -314,7 +315,7 @@ def test_parameter_server_epochs_of_arrays_that_do_not_divide_are_announced(capl
     at 32, epochs do not end where one device's do, and the log says so with the fix."""
     import logging
 
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     x, y, _ = _arrays(70)
     with caplog.at_level(logging.WARNING, logger="tfdistributed.data"):

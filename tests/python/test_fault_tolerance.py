@@ -61,7 +61,7 @@ def test_killed_worker_resumes_from_last_epoch_with_the_same_result(tmp_path):
 
 
 def test_write_path_per_task(monkeypatch):
-    from tfdistributed import checkpoints
+    from tfdistributed.training import checkpoints
 
     cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
     monkeypatch.setenv("TF_CONFIG", __import__("json").dumps(tfd.tf_config(cluster, "chief", 0)))

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import rcallbacks, served
+from tfdistributed.data import rcallbacks
+from tfdistributed.r import served
 from models import digits_model as build_digits_model
-from tfdistributed.generators import BatchFeed, GeneratorError
+from tfdistributed.r.feed import BatchFeed
+from tfdistributed.errors import GeneratorError
 
 
 def passes(x, y, batch_size=64, fail_at=None):

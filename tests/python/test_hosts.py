@@ -1,4 +1,4 @@
-"""Jobs across hosts: the test bed of network namespaces (tfdistributed.hostbed) and what runs on it.
+"""Jobs across hosts: the test bed of network namespaces (tfdistributed.testbeds.hostbed) and what runs on it.
 
 Needs root and iproute2. Where the bed cannot be built the tests FAIL with the reason: a machine
 that cannot test multi-host behaviour must not look green.
@@ -13,9 +13,10 @@ import sys
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed.cluster import check_own_address, validate_tf_config
+from tfdistributed.cluster.addresses import check_own_address
+from tfdistributed.cluster.spec import validate_tf_config
 
-from tfdistributed import hostbed as hosts
+from tfdistributed.testbeds import hostbed as hosts
 
 pytestmark = pytest.mark.cluster
 PYTHON = sys.executable
@@ -137,7 +138,7 @@ def test_without_root_or_iproute2_the_reason_is_given(monkeypatch):
 
 
 def test_cli_up_then_down():
-    script = [PYTHON, "-m", "tfdistributed.hostbed"]
+    script = [PYTHON, "-m", "tfdistributed.testbeds.hostbed"]
     up = subprocess.run([*script, "up", "2"], capture_output=True, text=True, timeout=60)
     prefix = up.stdout.split()[1] if up.stdout.startswith("prefix ") else None
     try:

@@ -15,7 +15,7 @@ import portpicker
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed.watch import join
+from tfdistributed.cluster import join
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "join_alone.py")
 _libc = ctypes.CDLL(None)
@@ -160,7 +160,7 @@ def test_a_peer_that_never_starts_is_named_then_the_join_times_out():
 def test_a_host_whose_link_is_down_is_named_then_the_join_times_out():
     import subprocess
 
-    from tfdistributed import hostbed
+    from tfdistributed.testbeds import hostbed
 
     try:
         bed = hostbed.HostBed(2).up()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import compat
+from tfdistributed.training import compat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TUTORIAL = os.path.join(HERE, "scripts", "keras_mwms_tutorial.py")

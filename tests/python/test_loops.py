@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import loops
+from tfdistributed.training import loops
 
 
 def _run(strategy_name, x, y, *, regularize=False, epochs=2, optimizer="sgd"):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import compat
+from tfdistributed.training import compat
 
 pytestmark = pytest.mark.cluster
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "mwms_digits.py")

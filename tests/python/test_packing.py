@@ -1,4 +1,4 @@
-"""Gradient packs (tfdistributed.packing): the argument, its errors, and the inter-op threads
+"""Gradient packs (tfdistributed.strategies.packing): the argument, its errors, and the inter-op threads
 that let packs overlap the backward pass. That packs reach Keras' gradients and train as one
 all-reduce is a 2-worker job in test_multiworker.py; what they gain is bench group 12."""
 
@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import packing
+from tfdistributed.strategies import packing
 
 
 @pytest.mark.parametrize("value,message", [

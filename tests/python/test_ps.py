@@ -1,4 +1,4 @@
-"""Parameter-server training (tfdistributed.ps) on real clusters of separate processes.
+"""Parameter-server training (tfdistributed.training.ps) on real clusters of separate processes.
 
 Three cluster runs, each shared by several tests (module-scoped fixtures), chief script
 tests/python/scripts/ps_train.py:
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import ArgumentTypeError, TrainingError, ps
+from tfdistributed import ArgumentTypeError, TrainingError
+from tfdistributed.training import ps
 from models import digits_model
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ps_train.py")

@@ -1,4 +1,4 @@
-"""Each Keras repair, declared once (``tfdistributed.repairs``), seen apart from a cluster: its
+"""Each Keras repair, declared once (``tfdistributed.training.repairs``), seen apart from a cluster: its
 detection finds the defect in the installed Keras (read through our own patches) and nothing in
 a fixed version of the same source; the declared order satisfies what the repairs require and
 wrap; a repair whose requirement is switched off is skipped, and ``status()`` says why.
@@ -19,8 +19,8 @@ import sys
 import pytest
 
 import tfdistributed  # noqa: F401  (installs the repairs)
-from tfdistributed import compat, repairs, routing
-from tfdistributed.repairs.common import Repair, check_order, keras_trainer
+from tfdistributed.training import compat, repairs, routing
+from tfdistributed.training.repairs.common import Repair, check_order, keras_trainer
 
 
 def _swap(a, b):
@@ -54,7 +54,7 @@ def _module(name):
     """The module that declares repair ``name`` (the routing is not in the repairs package)."""
     if name == "strategy_aware_fit":
         return routing
-    return importlib.import_module(f"tfdistributed.repairs.{name}")
+    return importlib.import_module(f"tfdistributed.training.repairs.{name}")
 
 
 def test_every_repair_has_a_detection_test_and_the_names_are_those_of_before():

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import _runtime
+from tfdistributed.strategies import runtime as _runtime
 
 
 def _pooled() -> bool:

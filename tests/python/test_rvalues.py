@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed import rvalues
+from tfdistributed.r import values as rvalues
 
 CONVERTED = [
     ("units", 64.0, 64),

@@ -394,7 +394,7 @@ def test_save_freq_needs_a_backup_dir_and_arrays(tmp_path, small_model):
 
 
 def test_resume_point_reads_where_a_backup_stands(tmp_path):
-    from tfdistributed.checkpoints import resume_point
+    from tfdistributed.training.checkpoints import resume_point
 
     assert resume_point(tmp_path, 20) == (0, 0)  # no backup yet
     metadata = tmp_path / "training_metadata.json"

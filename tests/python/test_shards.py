@@ -1,4 +1,4 @@
-"""The sharded files (tfdistributed.shards): a table written as TFRecord/CSV shards and read back
+"""The sharded files (tfdistributed.data.shards): a table written as TFRecord/CSV shards and read back
 by TensorFlow's readers, with the file shard policy, and the mistakes their helpers name."""
 
 import os

@@ -16,7 +16,7 @@ import pytest
 
 import tfdistributed as tfd
 from tfdistributed import ClusterConfigError, LaunchError, LaunchTimeoutError
-from tfdistributed.slurm import tf_config_from_slurm
+from tfdistributed.cluster.from_slurm import tf_config_from_slurm
 
 from enginesupport import (SCRIPTS, assert_history_and_figures_came_back, assert_identical_weights,
                            processes_running, r_env)
@@ -230,13 +230,13 @@ def test_slurm_script_asks_for_a_preemption_notice_and_requeues_a_preempted_job(
 def test_reading_slurms_environment_does_not_load_the_sbatch_engine():
     """A training script builds its strategy (which reads SLURM's environment) and a task under
     srun reads its cluster: neither submits jobs, so neither imports the sbatch engine."""
-    code = ("import sys, tfdistributed.strategies, tfdistributed._slurm_task, tfdistributed.slurm; "
-            "print(sorted(m for m in sys.modules if m.startswith('tfdistributed.launchers.')))")
+    code = ("import sys, tfdistributed.strategies, tfdistributed.engines.slurm.task, tfdistributed.engines.slurm; "
+            "print(sorted(m for m in sys.modules if m.startswith('tfdistributed.engines.')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = done.stdout.split("\n")[-2]
-    assert "tfdistributed.launchers.slurm'" not in loaded, loaded
-    assert "tfdistributed.slurm_env" in subprocess.run(
+    assert "tfdistributed.engines.slurm.launcher'" not in loaded, loaded
+    assert "tfdistributed.cluster.from_slurm" in subprocess.run(
         [sys.executable, "-c", "import sys, tfdistributed.strategies; print(list(sys.modules))"],
         capture_output=True, text=True, timeout=120).stdout
 

@@ -1,4 +1,4 @@
-"""SLURM across hosts: a 2-node cluster on the test bed of network namespaces (tfdistributed.hostbed).
+"""SLURM across hosts: a 2-node cluster on the test bed of network namespaces (tfdistributed.testbeds.hostbed).
 
 Node ``h<i>`` is host ``i`` of the bed, with its own slurmd and ``NodeAddr`` the host's address;
 the names ``h0``/``h1`` resolve nowhere, so a job trains only if tfdistributed builds TF_CONFIG
@@ -17,11 +17,11 @@ import sys
 import pytest
 
 from tfdistributed.errors import LaunchError
-from tfdistributed.slurm_local import LocalSlurm
+from tfdistributed.testbeds.slurm import LocalSlurm
 
 from enginesupport import SCRIPTS, assert_identical_weights, processes_running, r_env
 
-from tfdistributed import hostbed as hosts
+from tfdistributed.testbeds import hostbed as hosts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 WORKERS = [f"worker-{i}" for i in range(4)]
@@ -69,7 +69,7 @@ def srun(slurm, argv, distribution, env=None, timeout=300):
 def test_nodes_are_known_by_their_addresses_in_the_bed(cluster):
     nodes = cluster.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.split()
     assert nodes == ["h0", "idle", "h1", "idle"]
-    code = ("from tfdistributed.slurm import node_addresses; job = {'SLURM_JOB_ID': '1'}; "
+    code = ("from tfdistributed.engines.slurm import node_addresses; job = {'SLURM_JOB_ID': '1'}; "
             "print(node_addresses(['h1', 'h0'], job), node_addresses(['elsewhere'], job))")
     done = cluster.run([sys.executable, "-c", code], timeout=120)
     # SLURM does not know `elsewhere`: its name is kept, with a warning.

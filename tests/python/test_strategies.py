@@ -7,7 +7,7 @@ import pytest
 
 import tfdistributed as tfd
 from tfdistributed import ArgumentTypeError, StrategyError
-from tfdistributed.strategies import _auto_kind
+from tfdistributed.strategies.make import _auto_kind
 
 
 @pytest.mark.parametrize("name,kind,replicas", [
@@ -185,7 +185,7 @@ def test_auto_ignores_gradient_compression_on_a_local_strategy_with_a_warning():
 @pytest.mark.parametrize("value,expected", [("FP16", "fp16"), ("bfloat16", "bf16"),
                                             ("none", None), (None, None)])
 def test_gradient_compression_spellings(value, expected):
-    from tfdistributed.compression import canonical_compression
+    from tfdistributed.strategies.compression import canonical_compression
 
     assert canonical_compression(value) == expected
 

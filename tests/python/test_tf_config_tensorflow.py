@@ -226,7 +226,7 @@ def test_empty_tf_config_is_our_error_like_tensorflows(monkeypatch):
 
 
 def test_evaluator_is_chief_but_never_writes_checkpoints(tmp_path):
-    from tfdistributed import checkpoints
+    from tfdistributed.training import checkpoints
 
     config = CASES["kubeflow_evaluator"][0]
     assert tfd.is_chief(config)
@@ -250,7 +250,7 @@ def test_evaluator_is_chief_but_never_writes_checkpoints(tmp_path):
     ("vertex_single_replica", "default"), ("unset_is_local", "default"),
 ])
 def test_auto_picks_the_kind_from_tensorflows_reading(monkeypatch, name, kind):
-    from tfdistributed import strategies
+    from tfdistributed.strategies import make as strategies
 
     monkeypatch.setenv("TF_CONFIG", _text(CASES[name][0]))
     assert strategies._auto_kind() == kind
@@ -265,7 +265,7 @@ def test_auto_picks_the_kind_from_tensorflows_reading(monkeypatch, name, kind):
 def test_multi_worker_mirrored_names_tasks_tensorflow_would_crash_on(monkeypatch, name, expected):
     """Refusals happen before TensorFlow is asked; "r_index_string" is a valid 2-worker config,
     checked up to the point where TensorFlow would start connecting (not run here)."""
-    from tfdistributed import strategies
+    from tfdistributed.strategies import make as strategies
 
     monkeypatch.setenv("TF_CONFIG", _text(CASES[name][0]))
     if expected is None:

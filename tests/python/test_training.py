@@ -39,7 +39,7 @@ def test_tf_dataset_input_with_shard_policy(digits_tfds_dir, digits):
     policy through map/batch, and fit(shard_policy=) sets the policy of what Keras reads."""
     import tensorflow as tf
 
-    from tfdistributed import data
+    from tfdistributed.data.plan import plan_input
 
     def scaled(split, **kwargs):
         dataset = tfd.load_tfds("sklearn_digits", split, digits_tfds_dir, **kwargs)
@@ -58,7 +58,7 @@ def test_tf_dataset_input_with_shard_policy(digits_tfds_dir, digits):
     expected = tfd.evaluate(from_tfds, np.round(xt * 255) / 255, yt, batch_size=64, verbose=0)
     assert test["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-6)
     assert test["loss"] == pytest.approx(expected["loss"], rel=1e-4)
-    plan = data.plan_input("fit", scaled("train"), kind="mirrored", replicas=2, shard_policy="off")
+    plan = plan_input("fit", scaled("train"), kind="mirrored", replicas=2, shard_policy="off")
     assert tfd.shard_policy(plan.dataset()) == "off"
 
 

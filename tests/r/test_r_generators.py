@@ -2,7 +2,7 @@
 shares this interpreter and its 2 logical CPUs), plus real launched jobs: 2 workers each
 streaming from their own R generator, and a parameter-server job reading sharded files.
 
-The no-deadlock design is in rpkg/R/generators.R and pybackend/tfdistributed/generators.py.
+The no-deadlock design is in rpkg/R/generators.R and pybackend/tfdistributed/r/feed.py.
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ def test_a_batch_of_the_wrong_shape_or_type_names_the_signature(gr):
 
 
 def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
-    from tfdistributed import GeneratorError, rcallbacks
+    from tfdistributed import GeneratorError
+    from tfdistributed.data import rcallbacks
 
     started = time.monotonic()
     gr("""
@@ -194,7 +195,7 @@ def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
     assert gr("refused_validation")[0].startswith("model.fit() was given a tf.data dataset")
     # As validation data next to a parameter-server dataset function, which the chief reads on
     # this thread: refused too, not only when it is the training input.
-    from tfdistributed.data import plan_input
+    from tfdistributed.data.plan import plan_input
 
     with pytest.raises(GeneratorError, match="Use dataset_from_generator"):
         plan_input("fit", lambda context: None, kind="parameter_server",

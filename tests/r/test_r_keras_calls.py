@@ -1,6 +1,6 @@
 """R values in Keras' own calls made through the package's `keras` object (issue 33, item 2).
 
-Every rule of `tfdistributed.rvalues.R_VALUE_RULES` is driven from R, as R users write it
+Every rule of `tfdistributed.r.values.R_VALUE_RULES` is driven from R, as R users write it
 (whole doubles, R vectors, a length-1 character vector), and compared with Keras' own result
 for the integer/list form written in Python: the same layer `get_config()`, the same callback
 and optimizer settings, the same compile state. Values R cannot convert are R errors naming
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-import tfdistributed.rvalues as rvalues
+import tfdistributed.r.values as rvalues
 
 
 def _from_r(r, code: str):

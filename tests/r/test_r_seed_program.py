@@ -1,6 +1,6 @@
 """The seeds' program as written (issue 33): the mlverse/distributed README's R program on 4 hosts.
 
-Four hosts of the test bed (tfdistributed.hostbed: network namespaces with their own addresses,
+Four hosts of the test bed (tfdistributed.testbeds.hostbed: network namespaces with their own addresses,
 root only), one Rscript worker on each, started by hand with the TF_CONFIG the script writes
 itself after Python started (tf$version), TensorFlow's own MultiWorkerMirroredStrategy, the
 TFDS digits (one file per split, as TFDS writes small splits) mapped with an R function, cached,
@@ -19,7 +19,8 @@ import pytest
 
 from rsupport import ROOT, r_env
 
-from tfdistributed import hostbed, write_digits_tfds
+from tfdistributed.testbeds import hostbed
+from tfdistributed import write_digits_tfds
 
 pytestmark = pytest.mark.cluster
 # Shipped with the package (the multi-worker tutorial runs it too).

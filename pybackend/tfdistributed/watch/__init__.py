@@ -1,14 +1,11 @@
-"""Watching a job: no silent multi-worker job, and a launched job you can see.
+"""Watching a launched job while it runs: progress, history, stalls and stragglers.
 
-One room for what goes on while a job runs and is not training itself:
+What goes on while a job runs and is not training itself, on both sides of one channel:
 
-- ``tfconfig``: TensorFlow reads the TF_CONFIG the process has *now* (R's ``Sys.setenv()``
-  after Python started included), and a lone worker is refused at ``fit``;
-- ``join``: the moment a multi-worker strategy is built (TensorFlow's own classes too): a task
-  that waits for its peers says so, with what the network answers, until a join timeout;
 - ``channel``: the task-to-launcher channel, one JSON record per line on the task's standard
   output (every engine already carries those lines to the launcher: local pipes, SLURM's output
-  files, Ray's log stream), switched on by the launcher (``TFDISTRIBUTED_TELEMETRY``);
+  files, Ray's log stream), switched on by the launcher (``TFDISTRIBUTED_TELEMETRY``), and the
+  exit codes a task and its launcher agree on;
 - ``recorder``: the task side: a Keras callback and a heartbeat thread that count steps, keep the
   epoch logs and publish them (to the channel when launched; to TensorFlow's coordination
   service key-value store in a hand-started job, where every task reaches it);
@@ -16,4 +13,9 @@ One room for what goes on while a job runs and is not training itself:
 - ``collector``, ``progress`` and ``tensorboard``: the launcher side: the job's history, one
   row of figures per task, the straggler, one progress display for the whole job, and its
   curves for TensorBoard (written by the launcher alone).
+
+A task waiting for its peers at the start (the join) is :mod:`tfdistributed.cluster.join`.
+
+Layer: imports ``errors`` and ``_args`` only; ``training`` (the task side) and ``engines``
+(the launcher side) import it.
 """

@@ -2,7 +2,7 @@
 
 Why standard output: every engine already carries each task's lines to the launcher (the local
 engine's pipes, the SLURM job's output files on shared storage, the Ray actors' streams), and
-every line passes through one place there (:class:`~tfdistributed.launchers.output.Relay`), so
+every line passes through one place there (:class:`~tfdistributed.engines.output.Relay`), so
 a record needs no transport of its own, no port and no shared file system. A record is a line
 ``@tfdistributed {...}``; the relay takes it out of the task's output before anyone reads it
 (:func:`parse` finds it even after a partial line another thread printed first).
@@ -20,6 +20,12 @@ import threading
 
 ENV = "TFDISTRIBUTED_TELEMETRY"
 MARK = "@tfdistributed "
+
+# What a task's exit status tells its launcher, besides success and failure.
+# A task that stopped because it was told to (SIGTERM: a spot VM reclaimed, a SLURM or
+# Kubernetes eviction), not because it failed: "try again later" (BSD's EX_TEMPFAIL).
+# launch(max_restarts=...) restarts such a job without taking it for a bug.
+PREEMPTED_EXIT_CODE = 75
 _lock = threading.Lock()
 
 

@@ -1,6 +1,6 @@
 """The launcher side of watching a job: its history, its tasks' figures, its progress and stalls.
 
-Every engine's :class:`~tfdistributed.launchers.output.Relay` hands the records its tasks send
+Every engine's :class:`~tfdistributed.engines.output.Relay` hands the records its tasks send
 (:mod:`~tfdistributed.watch.channel`) to one :class:`JobWatch` per ``launch()``, from any
 thread; the engine's supervising loop, on the calling thread (where ``on_output`` may be an R
 function), asks it what to say now (:meth:`JobWatch.due`). At the end the result gets:

@@ -8,7 +8,7 @@ Python or R between two steps). A heartbeat thread (:class:`Heartbeat`) then tel
 - in a launched job, as records on the channel (:mod:`~tfdistributed.watch.channel`): ``begin``,
   ``epoch`` (the logs and the epoch's figures), ``beat`` (every :data:`BEAT_SECONDS`: where the
   task is, and its stack once it has made no step for the stall time), ``backup``/``resume``
-  (from :mod:`tfdistributed.checkpoints`) and ``end``; the launcher does the rest
+  (from :mod:`tfdistributed.training.checkpoints`) and ``end``; the launcher does the rest
   (:mod:`~tfdistributed.watch.collector`);
 - in a multi-worker job started by hand (no launcher), in TensorFlow's coordination service
   key-value store, which every task of the job reaches: each task publishes its state there and

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 import tfdistributed as tfd
-from tfdistributed import ps
+from tfdistributed.training import ps
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import digits_model as build_model  # noqa: E402  (tests/python/models.py)
 

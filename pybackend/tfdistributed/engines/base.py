@@ -1,0 +1,186 @@
+"""What every launcher engine shares (local, SLURM, Ray): the protocol they follow, how a
+target is run, and results.
+
+Why a protocol: :func:`tfdistributed.launch` runs the same job on three engines, and restarts
+it after a failure on each of them. With each engine driving its own attempt loop, the three
+loops drifted apart (which errors restart, when tasks are stopped, how the timeout counts). Now
+one loop (:func:`tfdistributed.engines.restarts.run`) drives any engine through two small
+types:
+
+- a :class:`Launcher` is an engine configured for one ``launch()`` call (arguments checked when
+  it is made); ``with launcher:`` holds what every attempt shares (Ray connects there), and
+  ``launcher.job(attempt, deadline)`` plans one attempt;
+- a :class:`Job` is that attempt: ``start()`` its tasks, ``wait(deadline)`` until the tasks
+  running the target are done (or raise), ``results()`` (a :class:`LaunchResult`), and
+  ``stop()`` every task still running and free what the attempt holds, always, success or not.
+
+Kept below the engines (:mod:`.local`, :mod:`.slurm`, :mod:`.ray`) so that none of them imports
+another to get these.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..errors import ArgumentTypeError, LaunchError
+
+# Each task's attempt of a restarted job, 0-based (0: the first start).
+ATTEMPT_ENV = "TFDISTRIBUTED_ATTEMPT"
+
+
+@dataclass
+class TaskResult:
+    """One task's outcome: role, index, exit code, everything it printed, its return value."""
+
+    task_type: str
+    task_index: int
+    returncode: int | None
+    output: list = field(default_factory=list)
+    value: object = None
+    server: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type} {self.task_index}"
+
+
+@dataclass
+class LaunchResult:
+    """What :func:`launch` returns when every task succeeded.
+
+    ``tasks`` are the tasks of the attempt that succeeded; ``restarts`` counts the restarts
+    before it; ``attempts`` has one dict per attempt, ``{"attempt": n, "task": "worker 1",
+    "ended": "was killed by signal 9", "error": <its error line>, "preempted": False}``, the
+    last one (the successful one) with ``task``, ``ended`` and ``error`` None.
+
+    What the tasks told the launcher while they trained (:mod:`tfdistributed.watch`):
+    ``history`` is the job's training history, ``{metric: [value per epoch]}`` as
+    ``keras.callbacks.History.history`` has it (the chief's, else worker 0's; after restarts
+    the whole run's, each epoch once), ``epochs`` the epochs it covers (0-based); ``workers``
+    one dict per task (``task``, ``steps``, ``examples_per_second``, ``median_step_seconds``,
+    ``wait_seconds``, ``outside_seconds``, ``restarts``, ``straggler``, ``straggler_epochs``);
+    ``stragglers`` the tasks named stragglers.
+    """
+
+    cluster: dict
+    tasks: list
+    seconds: float
+    restarts: int = 0
+    attempts: list = field(default_factory=list)
+    history: dict = field(default_factory=dict)
+    epochs: list = field(default_factory=list)
+    workers: list = field(default_factory=list)
+    stragglers: list = field(default_factory=list)
+
+    @property
+    def values(self) -> list:
+        """Return values of the tasks that ran the target (function targets), in task order."""
+        return [t.value for t in self.tasks if not t.server]
+
+    def task(self, task_type: str, task_index: int = 0) -> TaskResult:
+        for t in self.tasks:
+            if t.task_type == task_type and t.task_index == task_index:
+                return t
+        raise KeyError(f"no task {task_type} {task_index}")
+
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A job's timeout, counted from its first start: one timeout covers every attempt."""
+
+    timeout: float
+    started: float
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def left(self) -> float:
+        """Seconds left (negative once passed)."""
+        return self.timeout - self.elapsed()
+
+    def passed(self) -> bool:
+        return self.elapsed() > self.timeout
+
+
+class Job(Protocol):
+    """One attempt of a job on one engine (made by :meth:`Launcher.job`)."""
+
+    def start(self) -> None:
+        """Start every task (spawn the processes, submit the batch job, start the actors)."""
+
+    def wait(self, deadline: Deadline) -> None:
+        """Return when every task running the target has succeeded. Raise
+        :class:`~tfdistributed.errors.LaunchError` with a ``failure``
+        (:func:`~tfdistributed.engines.restarts.failure_of`) when a task failed, which the
+        restart policy may restart; any other error (the timeout: ``LaunchTimeoutError``)
+        ends the job."""
+
+    def results(self) -> "LaunchResult":
+        """The attempt's outcome, after :meth:`wait` returned."""
+
+    def stop(self) -> None:
+        """Stop every task still running and free what the attempt holds (files, a SLURM job,
+        Ray actors). Called after every attempt, whatever happened; calling it twice is fine."""
+
+
+class Launcher(Protocol):
+    """An engine configured for one ``launch()`` call, its arguments checked when made."""
+
+    timeout: float
+    max_restarts: int
+    relay: object  # tfdistributed.engines.output.Relay: where the restarts are announced
+
+    def __enter__(self) -> "Launcher":
+        """Set up what every attempt shares (e.g. connect to Ray)."""
+
+    def __exit__(self, kind, error, tb) -> bool:
+        """Undo :meth:`__enter__`; never swallows an error."""
+
+    def job(self, attempt: int, deadline: Deadline) -> Job:
+        """Plan attempt ``attempt`` (0, 1, ...), its tasks told their attempt in
+        :data:`ATTEMPT_ENV`; nothing is started yet."""
+
+
+def call_function(call_path: str, result_path: str) -> None:
+    """Child side of a function target (``python -m tfdistributed _call``): unpickle the call,
+    make it, pickle the return value where the launcher reads it."""
+    import cloudpickle
+
+    with open(call_path, "rb") as f:
+        fn, args = cloudpickle.load(f)
+    value = fn(*args)
+    with open(result_path + ".tmp", "wb") as f:
+        pickle.dump(value, f)
+    os.replace(result_path + ".tmp", result_path)
+
+
+def target_argv(target, args, python, rscript, workdir):
+    """argv for a target, and whether it is a function (whose call is pickled in ``workdir``,
+    its value coming back in the path the launcher appends to the argv)."""
+    if callable(target):
+        import cloudpickle
+
+        fd, call_path = tempfile.mkstemp(suffix=".call.pkl", dir=workdir)
+        with os.fdopen(fd, "wb") as f:
+            cloudpickle.dump((target, tuple(args)), f)
+        return [python, "-m", "tfdistributed", "_call", call_path], True
+    if not isinstance(target, (str, os.PathLike)):
+        raise ArgumentTypeError(f"launch() target must be a script path or a Python function, got "
+                                f"{type(target).__name__}.")
+    path = os.fspath(target)
+    if not os.path.isfile(path):
+        raise LaunchError(f"Script {path!r} does not exist (working directory {os.getcwd()!r}). "
+                          f"Pass an existing .py or .R file, or a Python function.")
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".py":
+        return [python, path, *map(str, args)], False
+    if ext == ".r":
+        return [rscript, "--no-save", "--no-restore", path, *map(str, args)], False
+    raise LaunchError(f"Don't know how to run {path!r}: launch() runs .py scripts with Python, .R "
+                      f"scripts with Rscript, or a Python function.")

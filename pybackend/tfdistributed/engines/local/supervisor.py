@@ -1,0 +1,300 @@
+"""The local engine's supervisor: :class:`LocalJob` spawns the tasks a plan lists, streams their
+output, polls them, applies the policy for vital and non-vital tasks, and tears every process
+down on a failure, the timeout or an interrupt; the diagnosis says which task failed and how,
+or which tasks never joined the cluster. :class:`LocalLauncher` is the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+
+from ..._args import as_int
+from ...cluster.local import checked_local, local_cluster
+from ...cluster.spec import parse_address
+from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
+from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult
+from ..output import Relay, error_summary, how_it_ended
+from .plan import LaunchPlan, TaskPlan, check_hosts, check_timeout, plan_launch
+from ..restarts import failure_of
+
+
+class _Process:
+    """A started task: its plan, process, output so far and output reader."""
+
+    def __init__(self, plan: TaskPlan):
+        self.plan = plan
+        self.name = plan.name
+        self.server = plan.server
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+        self.reader: threading.Thread | None = None
+
+    def poll(self):
+        return self.proc.poll()
+
+
+class LocalJob:
+    """One attempt on this machine (a :class:`~tfdistributed.engines.base.Job`): starts a
+    plan's tasks, streams their output, polls them, and stops them all at the end.
+
+    Policy: the job is done when every task running the target exits 0. A vital task that
+    fails (or a server that exits at all) fails the job. In parameter-server training the
+    workers are not vital: the coordinator re-runs a lost worker's steps on the others. Whatever
+    ends the attempt (success, failure, timeout, interrupt), :meth:`stop` leaves no process.
+    """
+
+    def __init__(self, plan: LaunchPlan, relay: Relay, grace: float):
+        self.plan = plan
+        self.relay = relay
+        self.grace = grace
+        self.tasks = [_Process(t) for t in plan.tasks]
+        self.lines: queue.Queue = queue.Queue()
+
+    def start(self) -> None:
+        for task in self.tasks:
+            task.proc = subprocess.Popen(
+                task.plan.argv, env=task.plan.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=task.plan.preexec_fn)
+            task.reader = threading.Thread(target=self._read, args=(task,), daemon=True)
+            task.reader.start()
+
+    def _read(self, task: _Process) -> None:
+        for raw in iter(task.proc.stdout.readline, b""):
+            shown = self.relay.keep(task.name, raw.decode(errors="replace").rstrip("\n"), task.lines)
+            if shown is not None:
+                self.lines.put(shown)
+        task.proc.stdout.close()
+
+    def drain(self) -> None:
+        """Pass on the lines read so far, on the calling thread."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            self.relay.send(line)
+        self.relay.tick()
+
+    def wait(self, deadline: Deadline) -> None:
+        """Supervise until the job is done, or raise (every task then stopped).
+
+        The deadline counts from the job's first start, so that one timeout covers every
+        attempt of a restarted job.
+        """
+        primaries = [t for t in self.tasks if not t.server]
+        vital = [t for t in self.tasks if not (self.plan.parameter_server
+                                               and t.plan.task_type == "worker")]
+        lost: list[_Process] = []
+        while True:
+            self.drain()
+            for t in self.tasks:
+                if t not in vital and t.poll() is not None and t not in lost:
+                    lost.append(t)
+                    self.lines.put(f"[launch] {t.name} exited ({t.proc.returncode}); the chief "
+                                   f"continues with the other workers")
+            failed = [t for t in vital if t.poll() not in (None, 0)]
+            # A server exiting, even with 0, means the cluster lost a task.
+            failed += [t for t in vital if t.server and t.poll() == 0]
+            if failed:
+                time.sleep(0.2)
+                self._stop(self.tasks)
+                raise _task_failed(failed[0], self._task_results())
+            if primaries and all(t.poll() == 0 for t in primaries):
+                break
+            if deadline.passed():
+                self._time_out(deadline.timeout)
+            time.sleep(0.05)
+        self._stop([t for t in self.tasks if t.server])
+
+    def _time_out(self, timeout: float):
+        running = [t for t in self.tasks if t.poll() is None]
+        listening = _listening_ports([t.proc.pid for t in running])
+        self._stop(self.tasks)
+        message = _timeout_message(self.plan, timeout, listening, [t.name for t in running])
+        raise LaunchTimeoutError(message, self._task_results())
+
+    def _stop(self, tasks) -> None:
+        """Stop ``tasks`` and pass on everything the tasks printed."""
+        _kill_tree([t.proc for t in tasks], self.grace)
+        for t in self.tasks:
+            if t.reader is not None:
+                t.reader.join(timeout=self.grace)
+        self.drain()
+
+    def stop(self) -> None:
+        """Kill whatever still runs (after an error or an interrupt: nothing is passed on
+        then), and remove the attempt's files."""
+        _kill_tree([t.proc for t in self.tasks if t.proc is not None and t.poll() is None],
+                   self.grace)
+        shutil.rmtree(self.plan.workdir, ignore_errors=True)
+
+    def _task_results(self) -> list:
+        return [TaskResult(t.plan.task_type, t.plan.task_index,
+                           t.proc.returncode if t.proc else None, list(t.lines), None, t.server)
+                for t in self.tasks]
+
+    def results(self) -> LaunchResult:
+        """Every task's result, a function target's return values read from its files."""
+        results = self._task_results()
+        for res, task in zip(results, self.plan.tasks):
+            if task.result_path and os.path.exists(task.result_path):
+                with open(task.result_path, "rb") as f:
+                    res.value = pickle.load(f)
+        return LaunchResult(cluster=self.plan.cluster.as_dict(), tasks=results,
+                            seconds=0.0)
+
+
+def _listening_ports(pids) -> set[int]:
+    """TCP ports on which the processes ``pids`` or their descendants listen."""
+    import psutil
+
+    ports = set()
+    for pid in pids:
+        try:
+            procs = [psutil.Process(pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                for c in p.net_connections(kind="tcp"):
+                    if c.status == psutil.CONN_LISTEN:
+                        ports.add(c.laddr.port)
+            except psutil.Error:
+                continue
+    return ports
+
+
+def _signal_groups(procs, sig) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_tree(procs, grace: float) -> None:
+    """SIGTERM every task's process group and descendants, then SIGKILL what is left.
+
+    Our direct children are reaped through Popen only: if psutil reaped them, Popen would lose
+    their exit status (and report 0).
+    """
+    import psutil
+
+    procs = [p for p in procs if p is not None]
+    descendants = []
+    for proc in procs:
+        try:
+            descendants += psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    _signal_groups(procs, signal.SIGTERM)
+    for d in descendants:
+        try:
+            d.terminate()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    _, alive = psutil.wait_procs(descendants, timeout=max(0.0, deadline - time.monotonic()))
+    left = [proc for proc in procs if proc.poll() is None]
+    _signal_groups(left, signal.SIGKILL)
+    for proc in left:
+        proc.kill()
+    for d in alive:
+        try:
+            d.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _failure_message(task: _Process) -> str:
+    """Which task failed, how, and what it said last."""
+    return (f"Task {task.name} {how_it_ended(task.proc.returncode)}; every other task was "
+            f"stopped. {error_summary(task.lines)}")
+
+
+def _task_failed(task: _Process, results) -> LaunchError:
+    """The error of an attempt in which ``task`` failed (its ``failure`` for the restarts)."""
+    return LaunchError(_failure_message(task), results,
+                       failure=failure_of(task.name, task.proc.returncode, task.lines))
+
+
+def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: list) -> str:
+    """Why the job did not finish: the tasks that never joined the cluster (no server on their
+    address: never started here, or started and not listening), and those still running."""
+    not_joined = [f"{t.name} ({t.address})" for t in plan.tasks
+                  if parse_address(t.address)[1] not in listening]
+    never_started = [f"{r} {i} ({plan.cluster.address(r, i)})" for r, i in plan.elsewhere]
+    missing = never_started + not_joined
+    msg = f"The job did not finish within {timeout:g} s; every task was stopped."
+    if missing:
+        msg += (f" Tasks that never joined the cluster (no server on their address): "
+                f"{', '.join(missing)}. The others wait for every task in TF_CONFIG: "
+                f"start the missing task(s), or check their host:port.")
+    return msg + f" Still running at the timeout: {', '.join(running) or 'none'}."
+
+
+class LocalLauncher:
+    """The local engine (a :class:`~tfdistributed.engines.base.Launcher`): the arguments of
+    ``launch(backend="local")`` checked once; each attempt planned afresh (new ports unless
+    ``cluster`` is given) as a :class:`LocalJob`.
+
+    Args: as :func:`tfdistributed.launch`, whose docstring describes each.
+    """
+
+    def __init__(self, target, workers=2, ps=0, chief=False, *, timeout, max_restarts=0,
+                 env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
+                 cwd=None, show_all=False, cluster=None, tasks=None, prepare_task=None,
+                 hosts=None, grace=5.0, watch=None):
+        import psutil  # noqa: F401  (fail here, not half-way through a teardown)
+
+        self.timeout = check_timeout(timeout)
+        if cluster is None and hosts is not None:
+            raise ArgumentTypeError("`hosts` names where the tasks of an explicit `cluster` run: "
+                                    "pass the `cluster` whose addresses are on those hosts too.")
+        self.counts = None
+        if cluster is None:
+            self.counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
+                           bool(chief))
+        self.max_restarts = max_restarts
+        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
+        self.target, self.grace = target, grace
+        self.hosts = check_hosts(hosts)
+        # An explicit cluster is validated once, here; restarts reuse its addresses.
+        self.cluster = None if cluster is None else checked_local(cluster, self.hosts)
+        self.options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript,
+                            cwd=cwd, prepare_task=prepare_task, hosts=self.hosts)
+
+    def __enter__(self) -> "LocalLauncher":
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        return False
+
+    def job(self, attempt: int, deadline: Deadline) -> LocalJob:
+        """Attempt ``attempt`` planned: the cluster (new free ports unless one was given), each
+        task's argv, environment (with its attempt) and TF_CONFIG."""
+        cluster = self.cluster or checked_local(local_cluster(*self.counts))
+        env = dict(self.options["env"] or {}, **{ATTEMPT_ENV: str(attempt)})
+        plan = plan_launch(self.target, cluster, **dict(self.options, env=env))
+        return LocalJob(plan, self.relay, self.grace)

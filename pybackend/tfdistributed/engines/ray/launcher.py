@@ -1,0 +1,454 @@
+"""Run a job on Ray: one Ray actor per task, each running the target as its own process.
+
+``launch(target, workers=N, backend="ray")`` runs the same ``.py`` / ``.R`` script or Python
+function as the local launcher, on the Ray cluster this process is connected to
+(``ray.init(address=...)``, ``RAY_ADDRESS``, or ``address=``), else on a local Ray started for
+the job and shut down after it. Each task's output comes back prefixed with its role, its exit
+code and (functions) return value in a :class:`~tfdistributed.LaunchResult`.
+
+Why plain actors and not Ray Train's ``TensorflowTrainer`` (read in ray 2.60,
+``ray/train/tensorflow/config.py``): its backend writes a TF_CONFIG with ``worker`` tasks only
+(no chief, no ps: no parameter-server jobs) and sets ``TF_USE_LEGACY_KERAS=1`` in every worker,
+i.e. it trains with legacy Keras, which is exactly what tfdistributed exists to avoid; its
+training loop is a function run inside Ray's worker process, so ``.R`` scripts, per-task exit
+codes and output, a timeout and cancelling one stuck task are not available; and its
+reporting/checkpoint API (``ray.train.report``) would put Ray code in the training script, which
+must not change between engines. What it adds, restarting the whole worker group after a
+failure, is ``max_restarts`` here, as on every engine (:mod:`tfdistributed.engines.restarts`; also
+``max_failures``, the name of Ray Train's ``FailureConfig``), and every
+Ray option of the actors (``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
+``scheduling_strategy``...) passes through ``ray_options``.
+
+A task's process dies with its actor (``PR_SET_PDEATHSIG``), so ``ray.kill`` and a lost node
+leave nothing behind; a dead actor fails the job with the task's name.
+
+:class:`RayLauncher` is the engine (``with launcher:`` connects to Ray, or starts a local Ray
+that it shuts down after the job); each attempt is a :class:`RayJob` of fresh actors, driven by
+:mod:`tfdistributed.engines.restarts` as every engine is.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+
+from ..._args import as_int
+from ...cluster.spec import ROLES, format_address
+from ...cluster.local import Cluster
+from ...errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
+from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
+from ..output import Relay, error_summary, how_it_ended
+from ..restarts import failure_of, run
+
+_RAY_MISSING = ("launch(..., backend='ray') needs Ray: pip install 'tfdistributed[ray]' (or "
+                "\"ray[train]==2.60.0\").")
+
+
+def _die_with_parent() -> None:
+    import ctypes
+    import signal
+
+    # PR_SET_PDEATHSIG: the task's process is killed when its actor's process goes away.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    os.setsid()
+
+
+class _TaskActor:
+    """One task: picks its port, runs the target as a child process, hands back its output."""
+
+    def __init__(self):
+        self.proc = None
+        self.lines: list = []
+        self.sent = 0
+        self.workdir = None
+
+    def address(self):
+        import portpicker
+        import ray
+
+        return (ray.util.get_node_ip_address(), portpicker.pick_unused_port(),
+                ray.get_runtime_context().get_node_id())
+
+    def start(self, argv, env, call_bytes, cwd):
+        import subprocess
+        import tempfile
+        import threading
+
+        self.workdir = tempfile.mkdtemp(prefix="tfdistributed-ray-")
+        if call_bytes is not None:
+            call_path = os.path.join(self.workdir, "call.pkl")
+            with open(call_path, "wb") as f:
+                f.write(call_bytes)
+            argv = [sys.executable, "-m", "tfdistributed", "_call", call_path,
+                    os.path.join(self.workdir, "result.pkl")]
+        full_env = dict(os.environ)
+        # Ray Train's TensorFlow backend sets it in Ray's workers; inherited, `import keras`
+        # would give legacy Keras. Only the job's own `env` may ask for it.
+        full_env.pop("TF_USE_LEGACY_KERAS", None)
+        full_env.update(env)
+        full_env.setdefault("RETICULATE_PYTHON", sys.executable)
+        argv = [sys.executable if a == "{python}" else a for a in argv]
+        self.proc = subprocess.Popen(argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     preexec_fn=_die_with_parent)
+
+        def read():
+            for raw in iter(self.proc.stdout.readline, b""):
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        return os.getpid()
+
+    def poll(self):
+        """New output lines since the last call, and the exit code (None while running)."""
+        code = self.proc.poll()
+        if code is not None:
+            self.reader.join(timeout=5)
+        new, self.sent = self.lines[self.sent:], len(self.lines)
+        return new, code
+
+    def value(self):
+        path = os.path.join(self.workdir, "result.pkl")
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    def stop(self, grace=5.0):
+        import shutil
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait)
+                    break
+                except Exception:
+                    continue
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return True
+
+
+def start_local_ray(num_cpus: int = 2, **init_options):
+    """``ray.init()`` a local Ray with ``num_cpus`` CPUs whose processes can start from R too.
+
+    Inside R (reticulate, rpy2) LD_LIBRARY_PATH starts with the system library directory (R's
+    ``ldpaths``); a Python built with its own shared libpython (pyenv, conda) then loads the
+    system's libpython in every process Ray starts, and Ray's dashboard and workers die on
+    import (``undefined symbol: _PyModule_Add``). Ray's processes get this interpreter's library
+    directory first.
+
+    Args:
+        num_cpus: CPUs the local Ray offers (one per task of a job).
+        **init_options: more ``ray.init`` options (``include_dashboard`` and ``log_to_driver``
+            default to False).
+
+    Returns:
+        What ``ray.init`` returns.
+
+    Raises:
+        LaunchError: Ray is not installed.
+
+    Example:
+        >>> start_local_ray(num_cpus=4)                       # doctest: +SKIP
+        >>> launch("train.py", workers=4, backend="ray")      # doctest: +SKIP
+    """
+    import sysconfig
+
+    ray = _import_ray()
+    saved = os.environ.get("LD_LIBRARY_PATH")
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if saved and sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir:
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, saved])
+    try:
+        init_options.setdefault("include_dashboard", False)
+        init_options.setdefault("log_to_driver", False)
+        return ray.init(num_cpus=num_cpus, **init_options)
+    finally:
+        if saved is None:
+            os.environ.pop("LD_LIBRARY_PATH", None)
+        else:
+            os.environ["LD_LIBRARY_PATH"] = saved
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise LaunchError(_RAY_MISSING) from None
+    return ray
+
+
+def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None, args=(),
+               on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
+               show_all=False, address=None, ray_options=None, max_restarts=0, max_failures=0,
+               grace=5.0, poll=0.25):
+    """Run ``target`` as a job of Ray actors; returns a :class:`~tfdistributed.LaunchResult`.
+
+    Also reached as ``launch(target, workers=N, backend="ray", ...)``.
+
+    Args:
+        address: a Ray cluster to connect to when this process is not connected yet (default:
+            ``RAY_ADDRESS``, else a local Ray with one CPU per task, shut down afterwards).
+        ray_options: options for every task's actor (``ActorClass.options()``); default
+            ``{"num_cpus": 1}``.
+        max_restarts: run the whole job again up to this many times after a failed task, as
+            :func:`launch` does (announced, ``TFDISTRIBUTED_ATTEMPT`` in every task, the same
+            failure twice in a row ends the job); a timeout is never retried.
+        max_failures: the same, by the name of Ray Train's ``FailureConfig(max_failures=...)``
+            (give one or the other).
+        python: the Python on the nodes (default: the one running each actor).
+        timeout, env, args, on_output, echo, rscript, cwd, show_all, grace: as :func:`launch`.
+            Script paths (and ``cwd``) must exist on every node (shared storage).
+
+    Returns:
+        A :class:`~tfdistributed.LaunchResult`, as :func:`launch`'s: each task's exit
+        code and output, a function target's return values, and the cluster (127.0.0.1 when
+        every actor is on this machine, else the nodes' addresses).
+
+    Raises:
+        LaunchError: a task failed or its actor died (named), on the last attempt (``.attempts``
+            lists every attempt's failure); or Ray is not installed.
+        LaunchTimeoutError: the job did not finish (or Ray could not place its tasks) in time.
+
+    Example:
+        >>> def rank():
+        ...     import json, os
+        ...     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        >>> launch_ray(rank, workers=2, echo=False).values   # doctest: +SKIP
+        [0, 1]
+    """
+    return run(RayLauncher(target, workers, ps, chief, timeout=timeout, env=env, args=args,
+                           on_output=on_output, echo=echo, python=python, rscript=rscript,
+                           cwd=cwd, show_all=show_all, address=address, ray_options=ray_options,
+                           max_restarts=max_restarts, max_failures=max_failures, grace=grace,
+                           poll=poll))
+
+
+def _restarts_asked(max_restarts, max_failures) -> int:
+    max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
+    max_failures = as_int(max_failures, "max_failures", minimum=0)
+    if max_restarts and max_failures:
+        raise ArgumentTypeError(f"max_restarts ({max_restarts}) and max_failures "
+                                f"({max_failures}) are two names of one option: give one.")
+    return max_restarts or max_failures
+
+
+def _plan(target, workers, ps, chief, args, python, rscript):
+    """The job's ``(role, index)`` tasks, and what they run: a script's argv, or a function's
+    pickled call (each actor writes it into its own directory)."""
+    import cloudpickle
+
+    ps = as_int(ps, "ps", minimum=0)
+    workers = as_int(workers, "workers", minimum=1)
+    if ps and not chief:
+        raise ClusterConfigError("A parameter-server job needs chief=True: the target runs as the "
+                                 "chief (the coordinator); workers and ps tasks serve.")
+    counts = {"chief": int(bool(chief)), "worker": workers, "ps": ps}
+    roles = [(r, i) for r in ROLES for i in range(counts.get(r, 0))]
+    if callable(target):
+        return roles, None, cloudpickle.dumps((target, tuple(args)))
+    if not isinstance(target, (str, os.PathLike)):
+        raise ArgumentTypeError(f"launch() target must be a script path or a Python function, "
+                                f"got {type(target).__name__}.")
+    argv, _ = target_argv(os.path.abspath(os.fspath(target)), args, python or "{python}",
+                           rscript, None)
+    return roles, argv, None
+
+
+class RayJob:
+    """One attempt on Ray (a :class:`~tfdistributed.engines.base.Job`): one actor per task,
+    placed, started, polled for output and exit codes; the first failed or lost task fails the
+    job, and every actor is stopped."""
+
+    def __init__(self, ray, roles, ps_mode: bool, options: dict, relay: Relay, grace: float, *,
+                 start: dict, poll: float):
+        self.ray = ray
+        self.start_with, self.poll = start, poll
+        self.roles = roles
+        self.names = [f"{r} {i}" for r, i in roles]
+        self.ps_mode = ps_mode
+        self.options = options
+        self.relay = relay
+        self.grace = grace
+        actor_cls = ray.remote(_TaskActor)
+        self.actors = [actor_cls.options(name=None, **options).remote() for _ in roles]
+        self.lines = [[] for _ in roles]
+        self.codes: list = [None] * len(roles)
+        self.primaries = [n for n, (r, _) in enumerate(roles) if not ps_mode or r == "chief"]
+        self.launched = self.stopped = False
+        self.cluster: Cluster | None = None
+
+    def _results(self) -> list:
+        return [TaskResult(r, i, c, list(out), None, self.ps_mode and r != "chief")
+                for (r, i), c, out in zip(self.roles, self.codes, self.lines)]
+
+    def stop(self) -> None:
+        """Stop every task's process and kill every actor (once)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        refs = []
+        # Actors that never started a process (still waiting for resources) just go.
+        for a in self.actors if self.launched else ():
+            try:
+                refs.append(a.stop.remote(self.grace))
+            except Exception:
+                pass
+        try:
+            self.ray.get(refs, timeout=2 * self.grace + 5)
+        except Exception:
+            pass
+        for a in self.actors:
+            self.ray.kill(a)
+
+    def place(self, timeout: float) -> dict:
+        """Wait for every actor to be placed; the cluster of the ports they picked."""
+        ray = self.ray
+        try:
+            placed = ray.get([a.address.remote() for a in self.actors], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise LaunchTimeoutError(
+                f"Ray could not start the job's {len(self.roles)} task actors within {timeout:g} s "
+                f"(each asks for {self.options}); the cluster has {ray.cluster_resources()}. Ask "
+                f"for fewer tasks or resources, or add nodes.", self._results()) from None
+        here = ray.get_runtime_context().get_node_id()
+        # All on this machine: loopback only (TensorFlow's gRPC servers have no authentication).
+        local = all(node == here for _, _, node in placed)
+        cluster: dict = {}
+        for (role, _), (ip, port, _) in zip(self.roles, placed):
+            cluster.setdefault(role, []).append(format_address("127.0.0.1" if local else ip, port))
+        # Validated once; each task's TF_CONFIG comes from the value.
+        return Cluster.of(cluster)
+
+    def start(self) -> None:
+        """Place the actors, then each starts its task: the target, or a server in a
+        parameter-server job."""
+        self.cluster = self.place(max(1.0, self.start_with["deadline"].left()))
+        self._start_tasks(self.cluster, **self.start_with)
+
+    def _start_tasks(self, cluster: Cluster, argv, call_bytes, *, env, python, cwd,
+                     deadline: Deadline) -> None:
+        import json
+
+        base = {str(k): str(v) for k, v in (env or {}).items()}
+        base.update(PYTHONUNBUFFERED="1", TFDISTRIBUTED_LAUNCHED="1")
+        if call_bytes is not None:
+            base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        starts = []
+        self.launched = True
+        for a, (role, i) in zip(self.actors, self.roles):
+            task_env = dict(base, TF_CONFIG=json.dumps(cluster.tf_config(role, i)))
+            server = self.ps_mode and role != "chief"
+            task_argv = [python or "{python}", "-m", "tfdistributed", "server"] if server else argv
+            starts.append(a.start.remote(task_argv, task_env, None if server else call_bytes, cwd))
+        self.ray.get(starts, timeout=max(1.0, deadline.left()))
+
+    def wait(self, deadline: Deadline) -> None:
+        """Until every task running the target exits 0, or raise (every task then stopped)."""
+        while True:
+            self._poll_all()
+            failed = [n for n, c in enumerate(self.codes) if c not in (None, 0)]
+            # A server exiting, even with 0, means the cluster lost a task.
+            failed += [n for n, c in enumerate(self.codes) if c == 0 and n not in self.primaries]
+            if failed:
+                n = failed[0]
+                self.stop()
+                raise LaunchError(f"Task {self.names[n]} {how_it_ended(self.codes[n])}; every "
+                                  f"other task was stopped. {error_summary(self.lines[n])}",
+                                  self._results(), failure=failure_of(
+                                      self.names[n], self.codes[n], self.lines[n]))
+            if all(self.codes[n] == 0 for n in self.primaries):
+                return
+            if deadline.passed():
+                timeout = deadline.timeout
+                running = [self.names[n] for n, c in enumerate(self.codes) if c is None]
+                self.stop()
+                raise LaunchTimeoutError(f"The Ray job did not finish within {timeout:g} s; every "
+                                         f"task was stopped. Still running at the timeout: "
+                                         f"{', '.join(running)}.", self._results())
+            time.sleep(self.poll)
+
+    def _poll_all(self) -> None:
+        """New output and exit codes of the running tasks; a dead actor fails the job."""
+        ray = self.ray
+        for n, a in enumerate(self.actors):
+            if self.codes[n] is not None:
+                continue
+            try:
+                new, self.codes[n] = ray.get(a.poll.remote(), timeout=30)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                self.codes[n] = -9
+                self.stop()
+                raise LaunchError(
+                    f"Task {self.names[n]} was lost: its Ray actor died ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else 'no reason given'}); every other "
+                    f"task was stopped. {error_summary(self.lines[n])}", self._results(),
+                    failure=failure_of(self.names[n], -9, self.lines[n],
+                                       ended="was lost (its Ray actor died)")) from None
+            self.relay.emit(self.names[n], new, self.lines[n])
+
+    def results(self) -> LaunchResult:
+        """The cluster, and every task's result with a function target's return values."""
+        out = self._results()
+        if self.start_with["call_bytes"] is not None:
+            for n in self.primaries:
+                raw = self.ray.get(self.actors[n].value.remote(), timeout=60)
+                out[n].value = pickle.loads(raw) if raw is not None else None
+        return LaunchResult(cluster=self.cluster.as_dict(), tasks=out, seconds=0.0)
+
+
+class RayLauncher:
+    """The Ray engine (a :class:`~tfdistributed.engines.base.Launcher`): the arguments of
+    ``launch(backend="ray")`` (:func:`launch_ray`'s) checked once; ``with`` it, this process
+    is connected to Ray (a local Ray started for the job is shut down at the end); each attempt
+    is a :class:`RayJob` of fresh actors."""
+
+    def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
+                 args=(), on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
+                 show_all=False, address=None, ray_options=None, max_restarts=0, max_failures=0,
+                 grace=5.0, poll=0.25, watch=None):
+        self.max_restarts = _restarts_asked(max_restarts, max_failures)
+        self.ray = _import_ray()
+        self.timeout = float(timeout)
+        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
+        self.job_args = (target, workers, ps, chief, args, python, rscript)
+        self.address, self.env, self.cwd = address, env, cwd
+        self.ray_options, self.grace, self.poll = ray_options, grace, poll
+        self.started_here = False
+
+    def __enter__(self) -> "RayLauncher":
+        ray = self.ray
+        self.started_here = not ray.is_initialized()
+        if self.started_here:
+            if self.address or os.environ.get("RAY_ADDRESS"):
+                ray.init(address=self.address or os.environ["RAY_ADDRESS"], log_to_driver=False)
+            else:
+                _, workers, ps, chief = self.job_args[:4]
+                n = (as_int(workers, "workers", minimum=1) + as_int(ps, "ps", minimum=0)
+                     + int(bool(chief)))
+                start_local_ray(num_cpus=max(n, 2))
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if self.started_here:
+            self.ray.shutdown()
+        return False
+
+    def job(self, attempt: int, deadline: Deadline) -> RayJob:
+        """Attempt ``attempt``: its tasks planned and one actor asked for per task."""
+        target, workers, ps, chief, args, python, rscript = self.job_args
+        roles, argv, call_bytes = _plan(target, workers, ps, chief, args, python, rscript)
+        env = dict(self.env or {}, **{ATTEMPT_ENV: str(attempt)})
+        return RayJob(self.ray, roles, as_int(ps, "ps", minimum=0) > 0,
+                      {"num_cpus": 1, **(self.ray_options or {})}, self.relay, self.grace,
+                      start=dict(argv=argv, call_bytes=call_bytes, env=env, python=python,
+                                 cwd=self.cwd, deadline=deadline), poll=self.poll)

@@ -1,0 +1,363 @@
+"""The SLURM engine: ``launch(target, workers=N, backend="slurm")``, a job submitted with
+``sbatch``.
+
+:class:`SlurmLauncher` writes a batch script (:func:`~.slurm_script.slurm_script`, also for
+printing and keeping) into a job directory, submits it with ``sbatch``, streams each task's
+output file with its role (``[worker 1] ...``), waits up to the timeout, and returns a
+:class:`~tfdistributed.engines.base.LaunchResult`; on a failed task, the timeout, or an
+interrupt it cancels the job with ``scancel``. The job's directory (script, per-task output, exit
+codes and function results) must be on storage the submitting machine and the nodes share: the
+tasks (:mod:`tfdistributed.engines.slurm.task`) report through it only.
+
+Each attempt is one submitted job (:class:`SlurmJob`, the protocol's
+:class:`~tfdistributed.engines.base.Job`); the attempt loop and restarts are
+:mod:`tfdistributed.engines.restarts`'s, as on every engine. How a task finds its cluster
+inside the job is :mod:`tfdistributed.cluster.from_slurm`, which does not import this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from ..._args import as_int
+from ...errors import LaunchError, LaunchTimeoutError
+from ...cluster.from_slurm import layout
+from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
+from ..output import Relay, error_summary, how_it_ended
+from ..restarts import failure_of, run
+from .script import slurm_script
+
+
+class _Tail:
+    """New complete lines of a file that another machine (a SLURM task) is writing."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self, final=False) -> list:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")
+        if final and self.partial:
+            lines.append(self.partial)
+            self.partial = b""
+        return [line.decode(errors="replace") for line in lines]
+
+
+def _slurm(argv, timeout=30.0) -> subprocess.CompletedProcess:
+    tool = shutil.which(argv[0])
+    if tool is None:
+        raise LaunchError(f"{argv[0]} is not on PATH: launch(..., backend='slurm') submits with "
+                          f"SLURM's client tools (Debian: slurm-client); run it on a machine that "
+                          f"can submit jobs.")
+    return subprocess.run([tool, *argv[1:]], capture_output=True, text=True, timeout=timeout)
+
+
+def _job_state(job_id: str) -> tuple:
+    """(state, reason) of a job SLURM still knows, else ("", "")."""
+    done = _slurm(["squeue", "-h", "-j", job_id, "-o", "%T|%r"])
+    if done.returncode != 0 or not done.stdout.strip():
+        return "", ""
+    state, _, reason = done.stdout.strip().partition("|")
+    return state, reason
+
+
+def _cancel(job_id: str, wait: float = 30.0) -> None:
+    """scancel the job and wait until SLURM has let go of it (so its CPUs are free again)."""
+    _slurm(["scancel", job_id])
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _job_state(job_id)[0]:
+        time.sleep(0.3)
+
+
+def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, python, rscript,
+               job_name, partition, sbatch_args, srun_args):
+    """The plan: the job's batch script, written into ``jobdir``; its path, and whether the
+    target is a function (whose call and results go through ``jobdir`` too)."""
+    sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
+    python = python or sys.executable
+    argv, is_function = target_argv(target, args, python, rscript, jobdir)
+    task_env = dict(env or {})
+    if is_function:
+        argv = [*argv, os.path.join(jobdir, "result-{task}.pkl")]
+        # The function may live in a module importable only from this process's sys.path.
+        task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
+                          job_name=job_name, partition=partition, requeue=False,
+                          preemption_notice=None,
+                          time_limit=timeout / 60 + 1, sbatch_args=[f"--chdir={base}", *sbatch_args],
+                          srun_args=srun_args, python=python, rscript=rscript, argv=argv)
+    script_path = os.path.join(jobdir, "job.sh")
+    with open(script_path, "w") as f:
+        f.write(script)
+    return script_path, is_function
+
+
+class SlurmJob:
+    """One attempt, a submitted job (a :class:`~tfdistributed.engines.base.Job`): follows
+    each task's output file and exit code (the only channels from the nodes), fails on the
+    first failed task, and cancels the job.
+
+    ``jobdir`` holds the written script (``script_path``); it is removed by :meth:`stop` when
+    ``remove`` says so, once the job was submitted (a script sbatch refused stays, for the
+    error names it).
+    """
+
+    def __init__(self, jobdir: str, roles: list, ps_mode: bool, relay: Relay, *,
+                 script_path: str, is_function: bool, on_output, poll: float, remove: bool):
+        self.jobdir = jobdir
+        self.roles = roles
+        self.ps_mode = ps_mode
+        self.relay = relay
+        self.script_path, self.is_function = script_path, is_function
+        self.on_output, self.poll, self.remove = on_output, poll, remove
+        self.names = [f"{r} {i}" for r, i in roles]
+        self.tails = [_Tail(os.path.join(jobdir, f"task-{i}.out")) for i in range(len(roles))]
+        self.lines = [[] for _ in roles]
+        self.job_id = None
+        self.state, self.reason = "PENDING", ""
+        self.finished = False
+
+    def start(self) -> None:
+        """Submit the job with sbatch."""
+        done = _slurm(["sbatch", "--parsable", self.script_path])
+        if done.returncode != 0:
+            raise LaunchError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}. "
+                              f"The script is {self.script_path}.")
+        self.job_id = done.stdout.strip().split(";")[0]
+        if self.on_output is not None:
+            self.on_output(f"[launch] submitted SLURM job {self.job_id} ({len(self.roles)} tasks)")
+
+    def stop(self) -> None:
+        """Cancel the job unless it finished; remove its directory (unless kept)."""
+        if self.job_id is None:
+            return
+        if not self.finished:
+            _cancel(self.job_id)
+        if self.remove:
+            shutil.rmtree(self.jobdir, ignore_errors=True)
+
+    def emit(self, final=False) -> None:
+        for i, name in enumerate(self.names):
+            self.relay.emit(name, self.tails[i].read(final), self.lines[i])
+
+    def codes(self) -> list:
+        out = []
+        for i in range(len(self.roles)):
+            try:
+                with open(os.path.join(self.jobdir, f"task-{i}.rc")) as f:
+                    out.append(int(f.read().strip()))
+            except (FileNotFoundError, ValueError):
+                out.append(None)
+        return out
+
+    def _results(self, rcs) -> list:
+        self.emit(final=True)
+        return [TaskResult(r, i, rc, list(out), None, self.ps_mode and r != "chief")
+                for (r, i), rc, out in zip(self.roles, rcs, self.lines)]
+
+    def wait(self, deadline: Deadline) -> None:
+        """Until the tasks that run the target are done (and the step has ended), or raise."""
+        poll = self.poll
+        last_state_check = 0.0
+        while True:
+            self.emit()
+            rcs = self.codes()
+            if any(rc not in (None, 0) for rc in rcs):
+                self._fail()
+            primaries = [rc for (r, _), rc in zip(self.roles, rcs) if not self.ps_mode or r == "chief"]
+            if all(rc == 0 for rc in primaries):
+                if all(rc is not None for rc in rcs) or not _job_state(self.job_id)[0]:
+                    break
+            if time.monotonic() - last_state_check > 1.0:
+                last_state_check = time.monotonic()
+                self.state, self.reason = _job_state(self.job_id)
+                if not self.state and self._ended():
+                    break
+            if deadline.passed():
+                self._time_out(deadline.timeout)
+            time.sleep(poll)
+        # The step ends once every task has; wait for it so the CPUs are free for the next job.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _job_state(self.job_id)[0]:
+            time.sleep(poll)
+        self.finished = True
+
+    def _fail(self):
+        # SLURM kills the other tasks at once (--kill-on-bad-exit), and their exit codes can
+        # land first: name the task that failed, not one killed because of it.
+        time.sleep(0.5)
+        rcs = self.codes()
+        bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
+        i = min(bad, key=lambda i: (rcs[i] < 0, _mtime(self.jobdir, i)))
+        _cancel(self.job_id)
+        rcs = self.codes()
+        raise LaunchError(f"Task {self.names[i]} {how_it_ended(rcs[i])} (SLURM job {self.job_id}, "
+                          f"task {i}); the job was cancelled. {error_summary(self.lines[i])}",
+                          self._results(rcs),
+                          failure=failure_of(self.names[i], rcs[i], self.lines[i]))
+
+    def _ended(self) -> bool:
+        """SLURM no longer knows the job: True if every task succeeded, else raise."""
+        self.emit(final=True)
+        rcs = self.codes()
+        if all(rc == 0 for rc in rcs):
+            return True
+        missing = [self.names[i] for i, rc in enumerate(rcs) if rc is None]
+        raise LaunchError(f"SLURM job {self.job_id} ended before task(s) {', '.join(missing)} "
+                          f"reported an exit code. {_job_end(self.job_id, self.jobdir)}",
+                          self._results(rcs))
+
+    def _time_out(self, timeout: float):
+        rcs = self.codes()
+        running = [self.names[i] for i, rc in enumerate(rcs) if rc is None]
+        _cancel(self.job_id)
+        where = (f"It was still waiting in the queue ({self.reason or self.state}): free the "
+                 f"partition or ask for fewer tasks." if self.state == "PENDING" else
+                 f"Still running at the timeout: {', '.join(running) or 'none'}.")
+        raise LaunchTimeoutError(f"SLURM job {self.job_id} did not finish within {timeout:g} s "
+                                 f"and was cancelled. {where}", self._results(self.codes()))
+
+    def results(self) -> LaunchResult:
+        """The cluster the tasks ran as, every task's result (a function's return value), and
+        the SLURM job id (``job_id``)."""
+        out = self._results(self.codes())
+        try:
+            with open(os.path.join(self.jobdir, "cluster.json")) as f:
+                cluster = json.load(f)
+        except (OSError, ValueError):
+            cluster = {}
+        if self.is_function:
+            for n, res in enumerate(out):
+                path = os.path.join(self.jobdir, f"result-{n}.pkl")
+                if not res.server and os.path.exists(path):
+                    with open(path, "rb") as f:
+                        res.value = pickle.load(f)
+        result = LaunchResult(cluster=cluster, tasks=out, seconds=0.0)
+        result.job_id = self.job_id
+        return result
+
+
+class SlurmLauncher:
+    """The SLURM engine (a :class:`~tfdistributed.engines.base.Launcher`): the arguments of
+    ``launch(backend="slurm")`` (:func:`launch_slurm`'s) checked once; each attempt a job
+    written to a directory of its own, as a :class:`SlurmJob`."""
+
+    def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, max_restarts=0,
+                 env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
+                 cwd=None, show_all=False, directory=None, keep_files=False, partition=None,
+                 sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25, watch=None):
+        self.timeout = float(timeout)
+        self.max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
+        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
+        self.roles = layout(workers, ps, chief)
+        self.counts = (target, workers, ps, chief)
+        self.base = os.path.abspath(cwd or os.getcwd())
+        self.directory, self.keep_files = directory, keep_files
+        self.on_output, self.poll, self.env = on_output, poll, env
+        self.options = dict(args=args, python=python, rscript=rscript, job_name=job_name,
+                            partition=partition, sbatch_args=sbatch_args, srun_args=srun_args)
+
+    def __enter__(self) -> "SlurmLauncher":
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        return False
+
+    def _jobdir(self, attempt: int) -> str:
+        """A new directory under the base, or the caller's (``attempt-<n>`` in it for a
+        restart's)."""
+        if self.directory is None:
+            return tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=self.base)
+        return os.path.join(self.directory, f"attempt-{attempt}") if attempt else self.directory
+
+    def job(self, attempt: int, deadline: Deadline) -> SlurmJob:
+        """Attempt ``attempt``: its batch script written (SLURM's ``--time`` the time left)."""
+        own_dir = self.directory is None
+        jobdir = self._jobdir(attempt)
+        os.makedirs(jobdir, exist_ok=True)
+        target, workers, ps, chief = self.counts
+        ps_mode = as_int(ps, "ps", minimum=0) > 0
+        env = dict(self.env or {}, **{ATTEMPT_ENV: str(attempt)})
+        try:
+            script_path, is_function = _write_job(
+                target, workers, ps, chief, jobdir=jobdir, base=self.base,
+                timeout=max(1.0, deadline.left()), env=env, **self.options)
+        except BaseException:
+            if own_dir:
+                shutil.rmtree(jobdir, ignore_errors=True)
+            raise
+        return SlurmJob(jobdir, self.roles, ps_mode, self.relay, script_path=script_path,
+                        is_function=is_function, on_output=self.on_output, poll=self.poll,
+                        remove=own_dir and not self.keep_files)
+
+
+def launch_slurm(target, workers=2, ps=0, chief=False, **options) -> LaunchResult:
+    """Run ``target`` as a SLURM job; returns a :class:`~tfdistributed.engines.base.LaunchResult`.
+
+    Also reached as ``launch(target, workers=N, backend="slurm", ...)``. The job runs the
+    script of :func:`tfdistributed.engines.slurm.slurm_script` (``.py``, ``.R`` or a Python function, as :func:`launch`).
+
+    Args:
+        timeout: seconds from submission until the job is cancelled (queue time included,
+            restarts too); also given to SLURM (``--time``) in case this process dies.
+        max_restarts: submit the whole job again up to this many times after a failed task, as
+            :func:`launch` restarts a local job (announced, ``TFDISTRIBUTED_ATTEMPT`` in every
+            task, the same failure twice in a row ends it).
+        directory: the job's directory, on storage this machine and the nodes share; default a
+            new directory under ``cwd`` (or the working directory), removed afterwards unless
+            ``keep_files``. A restarted job's later attempts use ``attempt-<n>`` in it.
+        partition, sbatch_args, srun_args, job_name: passed to ``sbatch`` / ``srun``.
+        env, args, on_output, echo, python, rscript, show_all: as for :func:`launch`.
+
+    Returns:
+        A :class:`~tfdistributed.engines.base.LaunchResult`, as :func:`launch`'s; its ``job_id`` is
+        the SLURM job id (of the last attempt) and its ``cluster`` the cluster the tasks ran as.
+
+    Raises:
+        LaunchError: a task failed (the job is cancelled; on the last attempt) or the job ended
+            without its tasks; ``.results`` has every task's outcome.
+        LaunchTimeoutError: the job did not finish in time (it is cancelled).
+
+    Example:
+        >>> result = launch_slurm("train.py", workers=4, partition="gpu")   # doctest: +SKIP
+        >>> [t.returncode for t in result.tasks]                              # doctest: +SKIP
+        [0, 0, 0, 0]
+    """
+    return run(SlurmLauncher(target, workers, ps, chief, **options))
+
+
+def _mtime(jobdir: str, task: int) -> float:
+    try:
+        return os.path.getmtime(os.path.join(jobdir, f"task-{task}.rc"))
+    except OSError:
+        return float("inf")
+
+
+def _job_end(job_id: str, jobdir: str) -> str:
+    done = _slurm(["scontrol", "show", "job", job_id])
+    found = dict(re.findall(r"(JobState|Reason|ExitCode)=(\S+)", done.stdout))
+    try:
+        with open(os.path.join(jobdir, "job.out"), errors="replace") as f:
+            said = f.read().strip()[-1500:]
+    except OSError:
+        said = ""
+    state = ", ".join(f"{k}={v}" for k, v in found.items()) or "unknown (SLURM forgot it)"
+    return f"SLURM says: {state}." + (f" The batch script printed:\n{said}" if said else "")
+

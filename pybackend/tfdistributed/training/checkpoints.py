@@ -1,0 +1,497 @@
+"""Saving that is safe with many workers: only the chief writes where you asked.
+
+In multi-worker training every worker must take part in a save (reading a distributed variable
+may need the other workers), but if they all write to one path they race and corrupt it.
+TensorFlow's answer, used here for Keras 3 too: the chief writes to the real path, every other
+worker writes the same thing to a temporary path of its own (``<dir>/.workertemp_<type>_<index>/``)
+that is deleted afterwards.
+
+- :func:`write_path` gives this process's path for a save; :func:`remove_worker_temp` cleans up.
+- :func:`save_model` / :func:`load_model` / :func:`export_saved_model` wrap Keras saving with it.
+- :class:`BackupAndRestore`: Keras' fault-tolerance callback, made multi-worker safe: every
+  worker *restores* from the chief's backup (``backup_dir`` must be on storage all workers
+  share), only the chief writes it. Its files are written aside and renamed into place (a task
+  stopped mid-save leaves the previous backup whole), and with ``save_freq=N`` steps,
+  :func:`tfdistributed.fit` resumes in the middle of an epoch (:func:`resume_point`), where
+  Keras would redo the whole epoch (keras-team/keras#19179). While :func:`tfdistributed.fit`
+  trains, a SIGTERM (a preemption notice) makes every worker stop at the next backup, once it
+  is written, with :data:`~tfdistributed.PREEMPTED_EXIT_CODE` (:func:`watching_preemption`).
+- :func:`safe_callbacks`: what :func:`tfdistributed.fit` applies to the callbacks it is given, so
+  ``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard`` and ``CSVLogger`` of non-chief
+  workers write to temporary paths that are removed when training ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import threading
+
+from ..cluster.environment import is_checkpoint_writer, read_tf_config
+from ..watch import recorder
+from ..watch.channel import PREEMPTED_EXIT_CODE
+from ..errors import TrainingError
+
+
+def _task_suffix(config) -> str:
+    task = config["task"]
+    return f".workertemp_{task['type']}_{task['index']}"
+
+
+def write_path(path, config=None) -> str:
+    """Where this process should write a save meant for ``path`` (``path`` itself on the chief).
+
+    Only :func:`~tfdistributed.cluster.is_checkpoint_writer` tasks get ``path``: the chief (or
+    worker 0 without one, or a parameter-server coordinator). Every other task, the evaluator
+    included although TensorFlow calls it a chief, gets its own temporary path.
+
+    Args:
+        path: where the save is meant to go.
+        config: a TF_CONFIG (dict or JSON); default: this process's.
+
+    Returns:
+        ``path`` on the writer, else ``<dir>/.workertemp_<type>_<index>/<name>``.
+
+    Raises:
+        ClusterConfigError: a malformed TF_CONFIG.
+
+    Example:
+        >>> write_path("/ckpt/model.keras")    # on worker 1 of a job with a chief  # doctest: +SKIP
+        '/ckpt/.workertemp_worker_1/model.keras'
+    """
+    path = os.fspath(path)
+    config = read_tf_config(config)
+    if is_checkpoint_writer(config):
+        return path
+    parent, name = os.path.split(os.path.normpath(path))
+    return os.path.join(parent, _task_suffix(config), name)
+
+
+def remove_worker_temp(path, config=None) -> None:
+    """Delete this task's temporary copy of a save meant for ``path`` (no-op on the writer).
+
+    Args:
+        path: where the save was meant to go (as given to :func:`write_path`).
+        config: a TF_CONFIG (dict or JSON); default: this process's.
+
+    Example:
+        >>> model.save(write_path(path)); remove_worker_temp(path)    # doctest: +SKIP
+    """
+    config = read_tf_config(config)
+    if is_checkpoint_writer(config):
+        return
+    temp = os.path.dirname(write_path(path, config))
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def save_model(model, path, *, overwrite=True) -> str:
+    """Save ``model`` (``.keras`` or ``.weights.h5``) from every worker, chief to ``path``.
+
+    Call it on every worker: reading distributed variables may need all of them.
+
+    Args:
+        model: the Keras model.
+        path: a ``.keras`` file (the whole model) or a ``.weights.h5`` file (the weights).
+        overwrite: replace an existing file.
+
+    Returns:
+        The path this process wrote (off the chief, a temporary one, already removed).
+
+    Example:
+        >>> save_model(model, "/shared/digits.keras")    # on every worker  # doctest: +SKIP
+        '/shared/digits.keras'
+    """
+    path = os.fspath(path)
+    target = write_path(path)
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    if path.endswith(".weights.h5"):
+        model.save_weights(target, overwrite=overwrite)
+    else:
+        model.save(target, overwrite=overwrite)
+    remove_worker_temp(path)
+    return target
+
+
+def export_saved_model(model, path) -> str:
+    """Export a TensorFlow SavedModel for serving (``model.export``), chief to ``path``.
+
+    Args:
+        model: the Keras model (call it on every worker).
+        path: the SavedModel directory.
+
+    Returns:
+        The directory this process wrote (off the chief, a temporary one, already removed).
+
+    Example:
+        >>> served = tf.saved_model.load(export_saved_model(model, "serving"))  # doctest: +SKIP
+        >>> served.serve(x[:8])                                                 # doctest: +SKIP
+    """
+    path = os.fspath(path)
+    target = write_path(path)
+    model.export(target, format="tf_saved_model", verbose=False)
+    remove_worker_temp(path)
+    return target
+
+
+def load_model(path, strategy=None, *, compile=True):
+    """Load a ``.keras`` model, under ``strategy``'s scope when given (to train it further).
+
+    Args:
+        path: a ``.keras`` file, e.g. written by :func:`save_model`.
+        strategy: the strategy to build the model under; None: no strategy (to predict or
+            evaluate in a plain process).
+        compile: restore the optimizer, loss and metrics.
+
+    Returns:
+        The Keras model.
+
+    Raises:
+        TrainingError: there is no file at ``path``.
+
+    Example:
+        >>> model = load_model("digits.keras", make_strategy("mirrored"))    # doctest: +SKIP
+        >>> fit(model, x, y, epochs=2)                                       # doctest: +SKIP
+    """
+    import keras
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise TrainingError(f"Model file {path!r} does not exist; save one first.",
+                            hints={"python": "E.g. tfdistributed.training.checkpoints.save_model(model, path).",
+                                   "r": "E.g. save_model_distributed(model, path)."})
+    if strategy is None:
+        return keras.models.load_model(path, compile=compile)
+    with strategy.scope():
+        return keras.models.load_model(path, compile=compile)
+
+
+@functools.lru_cache(maxsize=None)
+def _backup_and_restore_class():
+    import keras
+
+    class BackupAndRestore(keras.callbacks.BackupAndRestore):
+        """``keras.callbacks.BackupAndRestore`` that is safe with many workers.
+
+        Every worker restores from ``backup_dir`` (shared storage in a real cluster) so they all
+        resume at the same epoch with the same weights; only the chief writes there, the others
+        write to a temporary directory that is removed when training ends.
+
+        With ``save_freq=N`` steps it backs up every N steps. Given to plain ``model.fit`` it
+        resumes, as Keras does, at the start of the epoch it was in; :func:`tfdistributed.fit`
+        (``backup_dir=..., save_freq=N``) resumes at the very step, as it skips the batches
+        already trained.
+
+        Args:
+            backup_dir: the backup directory (storage every worker shares).
+            **kwargs: Keras' ``BackupAndRestore`` options (``save_freq``...).
+
+        Example:
+            >>> fit(model, x, y, epochs=10,
+            ...     callbacks=[BackupAndRestore("/shared/backup")])    # doctest: +SKIP
+        """
+
+        def __init__(self, backup_dir, **kwargs):
+            super().__init__(backup_dir, **kwargs)
+            # (epoch, step) to resume at, set by tfdistributed.fit once it has skipped the data
+            # already trained; None: resume at an epoch's start, as Keras does.
+            self.resume_at = None
+            # Set by a SIGTERM while tfdistributed.fit trains (watching_preemption).
+            self.preempted = False
+            self._skip_until = 0
+            # Steps of the current epoch a backup holds (Keras' "batch" cannot say: it is 0 both
+            # after an epoch and after its first step).
+            self._steps_done = 0
+            _localize_backup(self)
+
+        def on_train_begin(self, logs=None):
+            super().on_train_begin(logs)
+            if self.resume_at is not None:
+                self.model._initial_epoch, self._skip_until = self.resume_at
+                _skip_trained_steps(self.model, self._skip_until)
+            resumed = getattr(self.model, "_initial_epoch", None) or 0
+            if resumed or self._skip_until:
+                recorder.note("resume", resumed, self._skip_until, (self.params or {}).get("steps"))
+
+        def on_epoch_begin(self, epoch, logs=None):
+            # Keras counts the epoch it writes in its metadata from 0 in every fit() and moves it
+            # on at each epoch's end only: a resumed job's step backups would say epoch 0.
+            self._current_epoch = epoch
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._skip_until = self._steps_done = 0
+            super().on_epoch_end(epoch, logs)
+            if self.save_freq == "epoch":
+                self._stop_if_preempted()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch < self._skip_until:  # a step trained before the restart: nothing to save
+                self._last_batch_seen = batch
+                return
+            if self._should_save_on_batch(batch):
+                self._steps_done = batch + 1
+                self._save_model()
+                self._stop_if_preempted()
+
+        def _stop_if_preempted(self):
+            _stop_if_preempted(self)
+
+        def _save_model(self):
+            _write_backup(self)
+
+    return BackupAndRestore
+
+
+def _write_backup(callback) -> None:
+    """A :class:`BackupAndRestore`'s save: the weights (optimizer included), then the metadata.
+
+    Keras writes both in place: a task stopped meanwhile (launch() stops every task when one
+    fails) would leave a torn file, or new weights beside old metadata, and the job would
+    resume at the wrong step. Each is written aside and renamed into place; only the instant
+    between the two renames is unsafe.
+    """
+    os.makedirs(callback.backup_dir, exist_ok=True)
+    for path, previous in ((callback._weights_path, callback._prev_weights_path),
+                           (callback._training_metadata_path,
+                            callback._prev_training_metadata_path)):
+        if callback.double_checkpoint and os.path.exists(path):
+            shutil.copyfile(path, previous)
+    aside = os.path.join(callback.backup_dir, "saving.weights.h5")
+    callback.model.save_weights(aside, overwrite=True)
+    os.replace(aside, callback._weights_path)
+    with open(callback._training_metadata_path + ".saving", "w") as f:
+        json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
+                   "steps_done": callback._steps_done}, f)
+    os.replace(callback._training_metadata_path + ".saving", callback._training_metadata_path)
+    # Counted from the epoch's start; an epoch-end backup is the next epoch's step 0.
+    recorder.note("backup", callback._current_epoch, callback._steps_done,
+                  (callback.params or {}).get("steps"))
+
+
+def _stop_if_preempted(callback) -> None:
+    """At a backup, just written: exit with ``PREEMPTED_EXIT_CODE`` if any worker was told to.
+
+    Every worker learns whether any was (one scalar all-reduce per backup, none per step), so
+    all stop at the same step. TensorFlow's PreemptionCheckpointHandler agrees on a step too,
+    but then saves a tf.train.Checkpoint of its own (its manager, its run counter, restored
+    when it is built) from inside its run() wrapper: a second backup, beside the Keras one
+    fit() resumes from, that could disagree with it.
+    """
+    if not _anyone(callback.model, callback.preempted):
+        return
+    done, epoch = callback._steps_done, callback._current_epoch
+    where = f"after step {done} of epoch {epoch + 1}" if done else f"at the end of epoch {epoch}"
+    print(f"Preempted: backed up {where}; exiting with status {PREEMPTED_EXIT_CODE} to be "
+          f"restarted", flush=True)
+    raise SystemExit(PREEMPTED_EXIT_CODE)
+
+
+def _anyone(model, flag: bool) -> bool:
+    """Whether ``flag`` is set on any worker of the multi-worker job ``model`` trains in (on a
+    single worker: ``flag``)."""
+    import tensorflow as tf
+
+    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return flag
+    return int(_flag_sum(strategy)(tf.constant(int(flag)))) > 0
+
+
+@functools.lru_cache(maxsize=None)
+def _flag_sum(strategy):
+    """A traced all-reduce of one int over ``strategy``'s workers (eager collectives are slow
+    and TensorFlow warns at each)."""
+    import tensorflow as tf
+
+    @tf.function
+    def flag_sum(flag):
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: flag), axis=None)
+
+    return flag_sum
+
+
+@contextlib.contextmanager
+def watching_preemption(backup):
+    """While in the block, a SIGTERM (what SLURM, Kubernetes and spot VMs send before they stop
+    a task) sets ``backup.preempted`` instead of ending the process: training goes on to the
+    next backup, writes it, and every worker exits with ``PREEMPTED_EXIT_CODE`` (75), which
+    ``launch(max_restarts=...)`` restarts. Keep a backup's interval (``save_freq``) shorter
+    than the grace period before the SIGKILL.
+
+    Only the main thread can take signals: elsewhere the block changes nothing.
+
+    Args:
+        backup: this package's :class:`BackupAndRestore`, or None (nothing to back up).
+
+    Example:
+        >>> with watching_preemption(backup):    # doctest: +SKIP
+        ...     model.fit(x, y, callbacks=[backup])
+    """
+    if backup is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def notice(signum, frame):
+        backup.preempted = True
+
+    previous = signal.signal(signal.SIGTERM, notice)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _skip_trained_steps(model, steps: int) -> None:
+    """Make the next ``steps`` train steps of ``model`` do nothing (its data was skipped).
+
+    Keras runs every epoch from its first step; only the train function can be told to pass.
+    """
+    calls = steps // int(getattr(model, "steps_per_execution", 1) or 1)
+    if not calls:
+        return
+    train = model.train_function
+
+    def already_trained(iterator):
+        nonlocal calls
+        calls -= 1
+        if calls == 0:
+            model.train_function = train
+        return {}
+
+    model.train_function = already_trained
+
+
+def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
+    """``(epoch, step)`` at which a backed-up job resumes: the epoch (0-based) and the steps of
+    it already trained (0 at an epoch's start; ``(0, 0)`` without a backup).
+
+    Args:
+        backup_dir: the chief's backup directory (a :class:`BackupAndRestore`'s).
+        steps_per_epoch: the steps in one epoch.
+
+    Returns:
+        ``(epoch, step)``.
+
+    Example:
+        >>> resume_point("/shared/backup", 22)    # backed up after step 5 of epoch 2  # doctest: +SKIP
+        (1, 5)
+    """
+    path = os.path.join(os.fspath(backup_dir), "training_metadata.json")
+    if not os.path.exists(path):
+        return 0, 0
+    with open(path) as f:
+        metadata = json.load(f)
+    epoch, step = int(metadata["epoch"]), int(metadata.get("steps_done", 0))
+    if step >= steps_per_epoch:
+        return epoch + 1, 0
+    return epoch, step
+
+
+def _paths(callback) -> dict:
+    return {k: getattr(callback, k) for k in ("backup_dir", "_weights_path",
+                                              "_training_metadata_path", "_prev_weights_path",
+                                              "_prev_training_metadata_path")}
+
+
+def _localize_backup(callback) -> None:
+    """Make a Keras BackupAndRestore read the chief's backup and write its own temporary one."""
+    config = read_tf_config()
+    if not config or is_checkpoint_writer(config) or getattr(callback, "_tfd_read_paths", None):
+        return
+    callback._tfd_read_paths = _paths(callback)
+    original = callback.backup_dir
+    temp = write_path(original, config)
+    for key, value in callback._tfd_read_paths.items():
+        setattr(callback, key, temp + value[len(original):])
+    callback._tfd_temp = os.path.dirname(temp)
+    on_train_begin, on_train_end = callback.on_train_begin, callback.on_train_end
+
+    def restore_from_chief(logs=None):
+        written = _paths(callback)
+        for key, value in callback._tfd_read_paths.items():
+            setattr(callback, key, value)
+        try:
+            on_train_begin(logs)
+        finally:
+            for key, value in written.items():
+                setattr(callback, key, value)
+
+    def clean_up(logs=None):
+        on_train_end(logs)
+        shutil.rmtree(callback._tfd_temp, ignore_errors=True)
+
+    callback.on_train_begin = restore_from_chief
+    callback.on_train_end = clean_up
+
+
+def _remove_worker_temp_callback(directories):
+    """A callback that deletes this worker's temporary save directories when training ends."""
+    import keras
+
+    class RemoveWorkerTemp(keras.callbacks.Callback):
+        def on_train_end(self, logs=None):
+            for directory in directories:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    return RemoveWorkerTemp()
+
+
+def safe_callbacks(callbacks):
+    """``callbacks`` with every file-writing Keras callback made multi-worker safe (in place).
+
+    On the chief (and outside multi-worker jobs) nothing changes. On other workers,
+    ``ModelCheckpoint``, ``TensorBoard`` and ``CSVLogger`` write to this worker's temporary
+    directory, removed at the end of training; ``BackupAndRestore`` restores from the chief's
+    backup and writes its own temporary one.
+
+    Args:
+        callbacks: Keras callbacks (or None).
+
+    Returns:
+        The callbacks as a list, plus one that removes this worker's temporary directories
+        when training ends (only off the chief, when some callback was moved).
+
+    Example:
+        >>> model.fit(ds, callbacks=safe_callbacks([keras.callbacks.CSVLogger("log.csv")]))  # doctest: +SKIP
+    """
+    import keras
+
+    callbacks = list(callbacks or [])
+    config = read_tf_config()
+    if not config or is_checkpoint_writer(config):
+        return callbacks
+    temps = []
+
+    def relocate(path):
+        target = write_path(path, config)
+        temps.append(os.path.dirname(target))
+        # CSVLogger opens its file without creating the directory; the others create theirs.
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        return target
+
+    for cb in callbacks:
+        # A callback object given to several fit() calls is relocated once.
+        if getattr(cb, "_tfd_relocated", False):
+            continue
+        cb._tfd_relocated = not isinstance(cb, keras.callbacks.BackupAndRestore)
+        if isinstance(cb, keras.callbacks.BackupAndRestore):
+            _localize_backup(cb)
+        elif isinstance(cb, keras.callbacks.ModelCheckpoint):
+            cb.filepath = relocate(cb.filepath)
+        elif isinstance(cb, keras.callbacks.TensorBoard):
+            cb.log_dir = relocate(cb.log_dir)
+        elif isinstance(cb, keras.callbacks.CSVLogger):
+            cb.filename = relocate(cb.filename)
+    if temps:
+        callbacks.append(_remove_worker_temp_callback(sorted(set(temps))))
+    return callbacks
+
+
+def __getattr__(name):
+    # The callback class subclasses Keras, which is imported only when the class is asked for.
+    if name == "BackupAndRestore":
+        return _backup_and_restore_class()
+    raise AttributeError(name)

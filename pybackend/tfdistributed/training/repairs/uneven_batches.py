@@ -1,0 +1,193 @@
+"""``uneven_batches``: a batch split unevenly over the replicas does not update as one device.
+
+Keras makes each replica's loss the mean over *its* examples divided by the number of
+replicas, and sums the gradients. That equals one device's mean over the global batch only
+when every replica has as many examples. A last batch smaller than the global batch is split
+unevenly (1 example over 2 workers: 1 and 0), and its update is then not one device's:
+measured on the digits model, 2 workers ended epoch 2 with loss 0.354 where one device had
+0.364. Each replica's gradients are weighted by its share of the examples here, inside the
+same all-reduce (the example counts travel with the gradients, no extra round trip), so the
+update is the global mean's whatever the split; with even shares the weight is 1.
+Under a strategy marked for gradient compression (:mod:`tfdistributed.strategies.compression`) this is
+where the gradients go to 16 bits: the counts and carried values then travel in a small 32-bit
+all-reduce of their own, before the gradients'. The gradients' all-reduce is packed
+(:func:`tfdistributed.strategies.packing.gradient_options`: the strategy's ``bytes_per_pack``, else packs
+for a big gradient), which TensorFlow alone never does for a replica's all-reduce.
+
+Two pieces of this machinery are public, for the repairs that build on it: the replica's
+example count while a train step is traced (:func:`counting_examples`), and other scalars that
+travel in the gradients' all-reduce (:func:`carried_in_all_reduce`, which
+``logs_with_gradients`` uses for the step's logs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from ...strategies.compression import compressed_all_reduce, gradient_compression
+from ...strategies.packing import gradient_options
+from .common import Repair, dtype_of, source
+
+_local_batch = threading.local()  # the replica's batch size while its train_step is traced
+_carried = threading.local()  # scalars for the gradients' all-reduce, while it is traced
+
+
+def detect(trainer) -> bool:
+    from keras.src.backend.tensorflow.optimizer import TFOptimizer
+    from keras.src.losses import loss
+
+    per_replica_mean = "1.0 / num_replicas" in source(loss.scale_loss_for_distribution)
+    return per_replica_mean and "all_reduce" in source(TFOptimizer._all_reduce_sum_gradients)
+
+
+@contextlib.contextmanager
+def counting_examples(data):
+    """While a replica's train step on ``data`` is traced: its number of examples, by which
+    the gradient all-reduce weights its gradients."""
+    import tensorflow as tf
+    from keras.src import tree
+    from keras.src.trainers.data_adapters import data_adapter_utils
+
+    x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data)
+    first = next((i for i in tree.flatten(x) if i is not None), None)
+    previous = getattr(_local_batch, "size", None)
+    _local_batch.size = None if first is None else tf.shape(first)[0]
+    try:
+        yield
+    finally:
+        _local_batch.size = previous
+
+
+@contextlib.contextmanager
+def carried_in_all_reduce(values):
+    """Have the next gradient all-reduce traced in this thread and graph carry ``values``
+    (this replica's scalars) too; yields ``{index in values: mean over the replicas}``, filled
+    once it has run (those of another dtype than the gradients' are left out)."""
+    import tensorflow as tf
+
+    means: dict = {}
+    _carried.values, _carried.means = list(values), means
+    _carried.graph = tf.compat.v1.get_default_graph()
+    try:
+        yield means
+    finally:
+        _carried.values = _carried.means = _carried.graph = None
+
+
+def _take_carried(dtype) -> list:
+    """``[(index, value)]`` of the carried values that can ride in this all-reduce: traced in
+    its graph (not, say, inside a ``tf.cond`` branch of a loss-scaling optimizer), of its dtype."""
+    import tensorflow as tf
+
+    values = getattr(_carried, "values", None)
+    if not values or _carried.graph is not tf.compat.v1.get_default_graph():
+        return []
+    _carried.values = None  # taken once: clip_after_all_reduce may call the all-reduce again
+    return [(i, v) for i, v in enumerate(values) if dtype_of(v) == dtype]
+
+
+def apply(trainer) -> None:
+    from keras.src.backend.tensorflow.optimizer import TFOptimizer
+
+    train_step = trainer.TensorFlowTrainer.train_step
+    all_reduce = TFOptimizer._all_reduce_sum_gradients
+
+    def _train_step(self, data):
+        with counting_examples(data):
+            return train_step(self, data)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return _weighted_all_reduce(self, all_reduce, grads_and_vars)
+
+    _train_step.__tfdistributed_original__ = train_step
+    _all_reduce_sum_gradients.__tfdistributed_original__ = all_reduce
+    trainer.TensorFlowTrainer.train_step = _train_step
+    TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
+
+
+def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
+    """The optimizer's all-reduce of ``grads_and_vars``, each replica's gradients weighted by
+    its share of the examples (``all_reduce``: Keras' own, used as it is where that is moot)."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    size = getattr(_local_batch, "size", None)
+    pairs = list(grads_and_vars)
+    grads = [g for g, _ in pairs if g is not None]
+    if (context is None or context.num_replicas_in_sync == 1 or not grads
+            or optimizer.gradient_accumulation_steps):
+        return all_reduce(optimizer, pairs)
+    strategy = tf.distribute.get_strategy()
+    kind = gradient_compression(strategy)
+    if kind and all(g.dtype.base_dtype in (tf.float32, tf.float64) for g in grads):
+        # Packed only at a size set: the 16-bit all-reduce cannot overlap (packing's docstring).
+        return _compressed_all_reduce(context, pairs, grads, size, kind,
+                                      gradient_options(strategy, auto=False))
+    if size is None:
+        return all_reduce(optimizer, pairs)
+    # Replica r's gradient is mean_r / R; the global mean's is sum_r n_r * mean_r / N.
+    # One all-reduce packs its tensors into one buffer, so they must share a dtype: the
+    # example count takes the gradients' (exact for float32/64 counts below 2**24).
+    dtypes = {g.dtype.base_dtype for g in grads}
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    if dtype not in (tf.float32, tf.float64):
+        return _weighted_sum_apart(context, pairs, grads, size)
+    local = tf.cast(size, dtype)
+    weight = local * float(context.num_replicas_in_sync)
+    riders = _take_carried(dtype)
+    reduced = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                 [_scaled(g, weight) for g in grads] + [local]
+                                 + [v for _, v in riders],
+                                 options=gradient_options(strategy, grads))
+    if riders:  # their mean over the replicas, as reduce_per_replica's
+        _carried.means.update({slot: r / float(context.num_replicas_in_sync)
+                               for (slot, _), r in zip(riders, reduced[len(grads) + 1:])})
+    total = reduced[len(grads)]
+    averaged = iter(_scaled(g, total, divide=True) for g in reduced[:len(grads)])
+    return [(None if g is None else next(averaged), v) for g, v in pairs]
+
+
+def _compressed_all_reduce(context, pairs, grads, size, kind, options):
+    """The gradients in 16 bits (:func:`tfdistributed.strategies.compression.compressed_all_reduce`),
+    weighted by the replicas' example counts (even shares where the count is unknown: a custom
+    train step), the carried float32 values exact in its first, 32-bit, all-reduce."""
+    import tensorflow as tf
+
+    local = tf.constant(1.0) if size is None else tf.cast(size, tf.float32)
+    riders = _take_carried(tf.float32)
+    means, sums = compressed_all_reduce(context, grads, local, [v for _, v in riders], kind,
+                                        options)
+    if riders:  # their mean over the replicas, as reduce_per_replica's
+        _carried.means.update({slot: s / float(context.num_replicas_in_sync)
+                               for (slot, _), s in zip(riders, sums)})
+    averaged = iter(means)
+    return [(None if g is None else next(averaged), v) for g, v in pairs]
+
+
+def _weighted_sum_apart(context, pairs, grads, size):
+    """Gradients of several dtypes, or of a 16-bit one (whose integers are exact only up to
+    256 or 2048): the example count goes in an all-reduce of its own, in float32."""
+    import tensorflow as tf
+
+    local = tf.cast(size, tf.float32)
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+    share = local * float(context.num_replicas_in_sync) / total
+    reduced = iter(context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                      [_scaled(g, share) for g in grads]))
+    return [(None if g is None else next(reduced), v) for g, v in pairs]
+
+
+def _scaled(gradient, factor, divide=False):
+    import tensorflow as tf
+
+    def op(values):
+        factor_ = tf.cast(factor, values.dtype)
+        return values / factor_ if divide else values * factor_
+
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(op(gradient.values), gradient.indices, gradient.dense_shape)
+    return op(gradient)
+
+
+REPAIR = Repair(name="uneven_batches", defect=__doc__, upstream=(), detect=detect, apply=apply)
