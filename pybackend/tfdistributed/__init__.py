@@ -7,7 +7,7 @@
     tfd.fit(model, x, y, epochs=5, batch_size=64)
 
 The package, one folder per concern, lowest layer first (each folder's docstring lists its
-modules and what it may import; ``tests/python/test_architecture.py`` checks the layers):
+modules and what it may import; ``tests/python/package/test_architecture.py`` checks the layers):
 
 - ``errors``, ``_args``: one error family with per-language hints; argument coercion;
 - ``cluster/``: TF_CONFIG built, parsed and validated; this process's TF_CONFIG; joining peers;

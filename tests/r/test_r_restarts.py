@@ -1,7 +1,7 @@
 """Jobs that heal themselves, driven from R: launch_cluster(max_restarts =) restarts a failed
 job, says so, and reports every attempt; a failure that repeats is named, not retried forever;
 an R interrupt stops everything and restarts nothing. The tasks are small R scripts without
-TensorFlow (tests/python/test_self_healing.py trains for real; the multi-worker tutorial kills a
+TensorFlow (tests/python/engines/test_self_healing.py trains for real; the multi-worker tutorial kills a
 training worker during its render)."""
 
 from __future__ import annotations

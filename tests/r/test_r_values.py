@@ -29,7 +29,7 @@ import pytest
 import tfdistributed as tfd
 from rsupport import ROOT, r_env
 
-sys.path.insert(0, str(ROOT / "tests" / "python"))
+sys.path.insert(0, str(ROOT / "tests" / "python" / "support"))
 from test_conformance import ATOL, R_SECTION, RTOL, TABLE  # noqa: E402
 
 SCRIPTS = ROOT / "tests" / "r" / "scripts"

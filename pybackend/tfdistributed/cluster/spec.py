@@ -15,7 +15,7 @@ The contract is TensorFlow's
 What TensorFlow's ``TFConfigClusterResolver``, ``multi_worker_util`` and the strategy a cluster
 calls for (``ParameterServerStrategy`` when it has ps tasks, else ``MultiWorkerMirroredStrategy``)
 accept, we accept; what they reject or crash on, we reject first, naming the field and the fix.
-``tests/python/test_tf_config_tensorflow.py`` runs every case through both and lists each
+``tests/python/cluster/test_tf_config_tensorflow.py`` runs every case through both and lists each
 intended difference. Per case:
 
 ==========================================  =========  ==========================================

@@ -16,7 +16,7 @@ if (backend_available()) {
 
 # One strategy object per kind for the whole run: creating strategies is not free. (Creating
 # them again also works: the backend gives CPU-only mirrored strategies a reduction that does
-# not share TensorFlow's collective keys; tests/python/test_strategies.py checks that.)
+# not share TensorFlow's collective keys; tests/python/strategies/test_strategies.py checks that.)
 strategies <- new.env()
 test_strategy <- function(kind) {
   if (is.null(strategies[[kind]])) {

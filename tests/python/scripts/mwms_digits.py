@@ -41,8 +41,8 @@ strategy = tfd.make_strategy("auto", gradient_compression=ns.compression,
                              bytes_per_pack=ns.bytes_per_pack)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import busy_digits_model, digits_model  # noqa: E402  (tests/python/models.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from models import busy_digits_model, digits_model  # noqa: E402  (tests/python/support/models.py)
 from tensorflow.python.ops import collective_ops  # noqa: E402
 
 # Every all-reduce TensorFlow builds, by the graph (step function) it is built in.

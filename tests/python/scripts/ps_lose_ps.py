@@ -16,8 +16,8 @@ import psutil
 
 import tfdistributed as tfd
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import digits_model  # noqa: E402  (tests/python/models.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from models import digits_model  # noqa: E402  (tests/python/support/models.py)
 
 outdir, backup = sys.argv[1], sys.argv[2]
 attempt = os.environ["TFDISTRIBUTED_ATTEMPT"]

@@ -1,4 +1,4 @@
-"""Chief of a parameter-server cluster for tests/python/test_ps.py.
+"""Chief of a parameter-server cluster for tests/python/training/test_ps.py.
 
     ps_train.py OUTDIR train                 digits through tfdistributed.fit/evaluate/predict,
                                              then one epoch with weighted validation data
@@ -19,8 +19,8 @@ import numpy as np
 
 import tfdistributed as tfd
 from tfdistributed.training import ps
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import digits_model as build_model  # noqa: E402  (tests/python/models.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from models import digits_model as build_model  # noqa: E402  (tests/python/support/models.py)
 
 EPOCHS = 12
 BATCH = 64

@@ -32,8 +32,8 @@ ns = parser.parse_args()
 strategy = tfd.make_strategy("auto")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import digits_model  # noqa: E402  (tests/python/models.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from models import digits_model  # noqa: E402  (tests/python/support/models.py)
 
 info = tfd.strategy_info(strategy)
 name = f"{info['task_type']}-{info['task_index']}"

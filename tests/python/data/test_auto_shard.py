@@ -17,7 +17,7 @@ import pytest
 import tfdistributed as tfd
 
 pytestmark = pytest.mark.cluster
-HERE = os.path.dirname(__file__)
+HERE = os.path.dirname(os.path.dirname(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "plain_fit_files.py")
 R_SCRIPT = os.path.join(HERE, "scripts", "plain_fit_files.R")
 ROOT = os.path.dirname(os.path.dirname(HERE))

@@ -17,7 +17,7 @@ import pytest
 import tfdistributed as tfd
 from tfdistributed.cluster import join
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "join_alone.py")
+SCRIPT = str(Path(__file__).parent.parent / "scripts" / "join_alone.py")
 _libc = ctypes.CDLL(None)
 _libc.setenv.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
 _libc.unsetenv.argtypes = [ctypes.c_char_p]

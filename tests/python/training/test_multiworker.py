@@ -15,7 +15,7 @@ import tfdistributed as tfd
 from tfdistributed.training import compat
 
 pytestmark = pytest.mark.cluster
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "mwms_digits.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "mwms_digits.py")
 TIMEOUT = 240
 
 
@@ -117,7 +117,7 @@ def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path
     # device ends (loss, accuracy, weights), without NaNs from the empty share.
     import sys
 
-    sys.path.insert(0, os.path.dirname(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
     result = run_job(tmp_path, "--epochs", "2", "--examples", "1345")
@@ -152,7 +152,7 @@ def test_steps_per_execution_trains_as_on_one_device(tmp_path, examples, keras_f
     # optimizer steps matters: a step counted but not taken changes Adam's bias correction.
     import sys
 
-    sys.path.insert(0, os.path.dirname(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
     result = run_job(tmp_path, "--epochs", "2", "--examples", str(examples),
@@ -272,7 +272,7 @@ def test_a_float64_model_trains_as_on_one_device(tmp_path):
 
     import keras
 
-    sys.path.insert(0, os.path.dirname(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
     result = run_job(tmp_path, "--epochs", "2", "--examples", "1345", "--floatx", "float64")
@@ -326,7 +326,7 @@ def one_device_1345():
     """The digits model on one device, 32 bits: 2 epochs of the first 1345 examples."""
     import sys
 
-    sys.path.insert(0, os.path.dirname(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
     (x, y), (xt, yt) = tfd.digits_arrays()

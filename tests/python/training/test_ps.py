@@ -21,7 +21,7 @@ from tfdistributed import ArgumentTypeError, TrainingError
 from tfdistributed.training import ps
 from models import digits_model
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ps_train.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "ps_train.py")
 TIMEOUT = 240
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 BATCH = 64

@@ -1,8 +1,9 @@
 """Models the tests train, kept here so that changing the demo (``tfdistributed.demo``) never
 changes what a test proves.
 
-Test files import it as ``models`` (pytest puts tests/python on ``sys.path``); the chief and
-worker scripts under tests/python/scripts add that directory themselves.
+Test files import it as ``models`` (pyproject's pytest ``pythonpath`` puts tests/python/support
+on ``sys.path``); the chief and worker scripts under tests/python/scripts add that directory
+themselves.
 """
 
 LEARNING_RATE = 0.005

@@ -15,7 +15,7 @@ import tfdistributed as tfd
 from tfdistributed.watch import channel, collector, stall
 from tfdistributed.watch.collector import JobWatch
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "watched_job.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "watched_job.py")
 
 
 # --- no cluster: the pieces ----------------------------------------------------------------------

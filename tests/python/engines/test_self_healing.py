@@ -153,7 +153,7 @@ def test_max_restarts_is_checked(tmp_path, value, message):
 
 # --- resuming mid-epoch: real 2-worker jobs on the digits --------------------------------------
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "self_healing.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "self_healing.py")
 SAVE_FREQ = 5
 # 1280 examples: 20 whole global batches of 64 an epoch, 2 epochs. (With a last batch split
 # 2 and 1 over the workers, as 1347 examples give, 2 workers end 4e-3 away from one process;
@@ -431,7 +431,7 @@ def test_a_parameter_server_job_that_loses_its_ps_restarts_from_the_backup(tmp_p
     with it: the job fails, max_restarts starts it again, and it resumes at the epoch backup."""
     outdir, backup = tmp_path / "out", tmp_path / "backup"
     outdir.mkdir()
-    script = os.path.join(os.path.dirname(__file__), "scripts", "ps_lose_ps.py")
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "ps_lose_ps.py")
     result = tfd.launch(script, workers=1, ps=1, chief=True, args=[str(outdir), str(backup)],
                         max_restarts=1, timeout=300, echo=False)
     assert result.restarts == 1

@@ -154,7 +154,7 @@ def test_cli_up_then_down():
 
 # --- clusters by address ---------------------------------------------------------------------
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "mwms_digits.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "mwms_digits.py")
 TIMEOUT = 240
 
 
@@ -197,7 +197,7 @@ def test_four_hosts_with_fp16_gradients_train_identically_and_as_32_bits(tmp_pat
     # (test_multiworker.py's, for 2 workers). The last batch, 1 example, leaves 3 workers none.
     import numpy as np
 
-    sys.path.insert(0, os.path.dirname(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
     four = build_bed(4, "1gbit")

@@ -17,7 +17,7 @@ import pytest
 import tfdistributed as tfd
 from tfdistributed.training import compat
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUTORIAL = os.path.join(HERE, "scripts", "keras_mwms_tutorial.py")
 R_TUTORIAL = os.path.join(HERE, "scripts", "keras_mwms_tutorial.R")
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -208,7 +208,7 @@ print(json.dumps(out))
 
 
 def _uneven_run(disabled=""):
-    proc = subprocess.run([sys.executable, "-c", _UNEVEN.format(here=HERE)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", _UNEVEN.format(here=os.path.join(HERE, "support"))], capture_output=True,
                           text=True, timeout=300,
                           env={**os.environ, "TFDISTRIBUTED_DISABLE_COMPAT": disabled})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,7 +14,7 @@ import pytest
 import tfdistributed
 from tfdistributed import _moved
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("old", sorted(_moved.MOVED))

@@ -16,7 +16,7 @@ import pytest
 import tfdistributed as tfd
 
 pytestmark = pytest.mark.cluster
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "platform_tf_config.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "platform_tf_config.py")
 TIMEOUT = 180
 
 

@@ -20,7 +20,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "pybackend" / "tfdistributed"
 MAX_FUNCTION_LINES = 60
 
