@@ -45,7 +45,8 @@ from .data.digits import digits_arrays, write_digits_tfds  # noqa: E402
 from .data.sharding import (SHARD_POLICIES, check_sharding, shard_policy,  # noqa: E402
                             with_shard_policy)
 from .data.shards import read_shards, write_shards  # noqa: E402
-from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, JoinTimeoutError,
+from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, HostLostError,
+                     JoinTimeoutError,
                      LaunchError, LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
                      TFDistributedError, TrainingError)
 from .engines import slurm  # noqa: E402
@@ -78,7 +79,7 @@ __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
     "checkpoints", "loops", "ps", "slurm",
     "ArgumentTypeError", "ClusterConfigError", "JoinTimeoutError", "LaunchError",
-    "LaunchTimeoutError", "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError",
+    "LaunchTimeoutError", "HostLostError", "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError",
     "TFDistributedError", "TrainingError",
     "LaunchResult", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",

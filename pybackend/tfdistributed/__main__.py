@@ -1,5 +1,6 @@
 """Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief]
-[--max-restarts N] [--backend local|slurm|ray] [--partition P] script [args]``."""
+[--max-restarts N] [--min-workers N] [--join-timeout S] [--backend local|slurm|ray]
+[--partition P] script [args]``."""
 
 from __future__ import annotations
 
@@ -21,33 +22,7 @@ def main(argv=None) -> int:
         >>> main(["launch", "--workers", "2", "train.py", "--epochs", "3"])   # doctest: +SKIP
         0
     """
-    parser = argparse.ArgumentParser(prog="python -m tfdistributed",
-                                     description="Distributed TensorFlow/Keras training tools.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("launch", help="run a .py or .R script as a cluster: local processes on "
-                                      "127.0.0.1, a SLURM job, or Ray actors")
-    p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
-    p.add_argument("--ps", type=int, default=0, help="parameter-server tasks (needs --chief)")
-    p.add_argument("--chief", action="store_true", help="add a chief task")
-    p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
-    p.add_argument("--max-restarts", type=int, default=0,
-                   help="restart the whole job up to N times after a failure (default 0)")
-    p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
-                   help="where the tasks run (default: local processes on 127.0.0.1)")
-    p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
-    p.add_argument("--stall-warning", type=float, default=60.0,
-                   help="seconds without a step before the stalled task is named (default 60)")
-    p.add_argument("--stall-timeout", type=float, default=None,
-                   help="seconds without a step after which the job ends (to be restarted)")
-    p.add_argument("--tensorboard", default=None, help="a directory for the job's curves")
-    p.add_argument("--no-progress", action="store_true",
-                   help="stream each task's own Keras progress instead of the job's display")
-    p.add_argument("script", help="the .py or .R training script")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
-    sub.add_parser("server", help="serve this process's TF_CONFIG task (worker/ps of a PS cluster)")
-    p = sub.add_parser("_call", help=argparse.SUPPRESS)
-    p.add_argument("call_path")
-    p.add_argument("result_path")
+    parser = _parser()
     ns = parser.parse_args(argv)
 
     from .errors import TFDistributedError
@@ -72,20 +47,67 @@ def main(argv=None) -> int:
                         timeout=ns.timeout or DEFAULT_TIMEOUT, max_restarts=ns.max_restarts,
                         backend=ns.backend, stall_warning=ns.stall_warning,
                         stall_timeout=ns.stall_timeout, tensorboard=ns.tensorboard,
-                        progress=not ns.no_progress, **options)
+                        progress=not ns.no_progress, min_workers=ns.min_workers,
+                        join_timeout=ns.join_timeout, **options)
     except TFDistributedError as e:
         print(f"tfdistributed: {e}", file=sys.stderr)
         return 1
+    _report(result)
+    return 0
+
+
+def _report(result) -> None:
+    """What the job did, on stderr: every task's exit, the sizes it ran at, its pace."""
     names = ", ".join(f"{t.name}: {t.returncode}" for t in result.tasks)
     restarted = f" after {result.restarts} restart(s)" if result.restarts else ""
     print(f"tfdistributed: all tasks finished in {result.seconds:.1f} s{restarted} ({names})",
           file=sys.stderr)
+    for size in result.sizes[1:]:
+        print(f"tfdistributed: from attempt {size['attempt'] + 1}, {size['workers']} of "
+              f"{size['wanted']} workers ({size['why']}: {', '.join(size['places'])})",
+              file=sys.stderr)
     for row in result.workers:
         rate = row["examples_per_second"]
         print(f"tfdistributed: {row['task']}: {row['steps']} steps"
               + (f", {rate:,.0f} examples/s" if rate else "")
               + (" (straggler)" if row["straggler"] else ""), file=sys.stderr)
-    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tfdistributed",
+                                     description="Distributed TensorFlow/Keras training tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("launch", help="run a .py or .R script as a cluster: local processes on "
+                                      "127.0.0.1, a SLURM job, or Ray actors")
+    p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
+    p.add_argument("--ps", type=int, default=0, help="parameter-server tasks (needs --chief)")
+    p.add_argument("--chief", action="store_true", help="add a chief task")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="restart the whole job up to N times after a failure (default 0)")
+    p.add_argument("--min-workers", type=int, default=None,
+                   help="go on with at least N workers when nodes are gone for good, and grow "
+                        "back when they return (--backend slurm or ray)")
+    p.add_argument("--join-timeout", type=float, default=None,
+                   help="seconds a task waits for the others to join (default 300); also how "
+                        "long a lost node may take to answer")
+    p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
+                   help="where the tasks run (default: local processes on 127.0.0.1)")
+    p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
+    p.add_argument("--stall-warning", type=float, default=60.0,
+                   help="seconds without a step before the stalled task is named (default 60)")
+    p.add_argument("--stall-timeout", type=float, default=None,
+                   help="seconds without a step after which the job ends (to be restarted)")
+    p.add_argument("--tensorboard", default=None, help="a directory for the job's curves")
+    p.add_argument("--no-progress", action="store_true",
+                   help="stream each task's own Keras progress instead of the job's display")
+    p.add_argument("script", help="the .py or .R training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    sub.add_parser("server", help="serve this process's TF_CONFIG task (worker/ps of a PS cluster)")
+    p = sub.add_parser("_call", help=argparse.SUPPRESS)
+    p.add_argument("call_path")
+    p.add_argument("result_path")
+    return parser
 
 
 if __name__ == "__main__":

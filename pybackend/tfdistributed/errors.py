@@ -94,6 +94,12 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
     """A local cluster did not finish in time; every process it started was stopped."""
 
 
+class HostLostError(LaunchError):
+    """A launched job cannot go on because hosts (SLURM or Ray nodes) it runs on are gone: they
+    did not answer within the grace, and too few workers are left (``min_workers``), or the job
+    needs all of them. Not a bug in the job: bring the hosts back and launch again."""
+
+
 class ShardingWarning(UserWarning):
     """A multi-worker dataset is sharded otherwise than by file although its policy is
     ``"auto"``: it reads fewer files than there are workers, so it is sharded by data (as

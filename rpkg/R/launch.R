@@ -32,6 +32,17 @@
 #'   row is a bug, not bad luck: the job stops there. An interrupt (Ctrl-C)
 #'   stops everything and restarts nothing. With `backup_dir` in the script's
 #'   `fit_distributed()`, a restarted job resumes from its last backup.
+#' @param min_workers Let the job go on with fewer workers when hosts it runs
+#'   on are gone for good: `workers` is the size the job wants, `min_workers`
+#'   the fewest it trains with. Needs places that can be lost: `hosts` (with
+#'   `cluster`), or the `"slurm"` or `"ray"` backend (nodes). After a failure, a
+#'   host that does not answer within `join_timeout` is lost: the job restarts
+#'   on the others from its backup (`fit_distributed(backup_dir =)`), with the
+#'   same global batch and learning rate, at the most workers over which the
+#'   global batch splits evenly. A lost host is probed in the background; when
+#'   it answers again, the job grows back at its next backup. These restarts do
+#'   not count in `max_restarts`. Without `min_workers`, a lost host ends the
+#'   job with an error of class `tfdistributed_host_lost_error` naming it.
 #' @param backend Where the tasks run: `"local"` (processes on this machine),
 #'   `"slurm"` (a job submitted with `sbatch` from the script of
 #'   [slurm_script()]; each task's output is followed from its file, and the job
@@ -74,7 +85,11 @@
 #'   number of restarts and `$attempts` a data frame with one row per attempt
 #'   (`attempt`, the failed `task`, how it `ended`, its `error` line,
 #'   `preempted`; `NA` for the attempt that succeeded). Tasks, output and
-#'   cluster are those of the last attempt.
+#'   cluster are those of the last attempt. `$sizes` is a data frame with
+#'   one row per size an elastic job (`min_workers`) ran at: `attempt`,
+#'   `workers`, `wanted`, `why` (`"start"`, `"lost"`, `"back"`), `places` (the
+#'   hosts or nodes that left or came), `position` (the step it resumed from)
+#'   and `seconds` (since the start); no rows for other jobs.
 #'
 #'   What the tasks reported while they trained, from scripts that call
 #'   [fit_distributed()] or plain `model$fit()`: `$history` is the job's
@@ -111,7 +126,7 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
                            env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
                            max_restarts = 0, cluster = NULL, hosts = NULL, progress = TRUE,
                            stall_warning = 60, stall_timeout = NULL, show_all = FALSE,
-                           tensorboard = NULL, join_timeout = NULL) {
+                           tensorboard = NULL, join_timeout = NULL, min_workers = NULL) {
   script <- as_string(script)
   echo <- as_flag(echo)
   options <- list(...)
@@ -137,6 +152,7 @@ launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout =
     stall_timeout = as_number(stall_timeout), show_all = as_flag(show_all)),
     if (!is.null(timeout)) list(timeout = as_number(timeout)),
     if (!is.null(join_timeout)) list(join_timeout = as_number(join_timeout)),
+    if (!is.null(min_workers)) list(min_workers = as_integer(min_workers)),
     if (!is.null(cluster)) list(cluster = cluster_to_py(cluster)),
     if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)),
     if (!is.null(tensorboard)) list(tensorboard = path.expand(as_string(tensorboard))), options)
@@ -164,7 +180,8 @@ launch_result <- function(result, backend) {
     attempts = attempts_frame(result$attempts),
     history = new_history(result$history, result$epochs),
     workers = workers_frame(result$workers),
-    stragglers = as.character(unlist(result$stragglers))
+    stragglers = as.character(unlist(result$stragglers)),
+    sizes = sizes_frame(result$sizes)
   ), class = "tfdistributed_launch")
   invisible(out)
 }
@@ -237,6 +254,19 @@ attempts_frame <- function(attempts) {
              preempted = field("preempted", logical(1)), stringsAsFactors = FALSE)
 }
 
+# One row per size of an elastic job; `places` joins the hosts or nodes that left or came.
+sizes_frame <- function(sizes) {
+  field <- function(name, type) {
+    vapply(sizes, function(s) if (is.null(s[[name]])) type[NA_integer_] else
+      as.vector(s[[name]], typeof(type)), type)
+  }
+  data.frame(attempt = field("attempt", integer(1)), workers = field("workers", integer(1)),
+             wanted = field("wanted", integer(1)), why = field("why", character(1)),
+             places = vapply(sizes, function(s) paste(unlist(s$places), collapse = ", "), ""),
+             position = field("position", integer(1)), seconds = field("seconds", numeric(1)),
+             stringsAsFactors = FALSE)
+}
+
 merge_env <- function(env_py, ...) {
   extra <- list(...)
   env <- if (is.null(env_py)) list() else reticulate::py_to_r(env_py)
@@ -265,6 +295,11 @@ print.tfdistributed_launch <- function(x, ...) {
   for (i in seq_len(nrow(x$tasks))) {
     cat(sprintf("  %s %d: exit %d\n", x$tasks$task_type[[i]], x$tasks$task_index[[i]],
                 x$tasks$returncode[[i]]))
+  }
+  changes <- x$sizes[-1, , drop = FALSE]
+  for (i in seq_len(NROW(changes))) {
+    cat(sprintf("  from attempt %d: %d of %d workers (%s: %s)\n", changes$attempt[[i]] + 1L,
+                changes$workers[[i]], changes$wanted[[i]], changes$why[[i]], changes$places[[i]]))
   }
   print_workers(x$workers, x$stragglers)
   if (length(x$history$epochs)) {

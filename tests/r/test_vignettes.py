@@ -34,7 +34,11 @@ EXPECTED = {
                      "worker 0: 2 replicas, loss", "worker 1: 2 replicas, loss",
                      "worker 0 waits in step 7 for another task. worker 1 has not begun step 7 "
                      "(its last was 6): it is in a callback or in the code between two steps, at "
-                     "a callback's on_train_batch_end, in R code", "StallError: no step for"],
+                     "a callback's on_train_batch_end, in R code", "StallError: no step for",
+                     # Hosts that come and go: a host lost for good, the job on 2, then 3 again.
+                     "is gone (10.77.0.4: its network is down", "the job goes on with 2 worker(s)",
+                     "answers again: the job grows to 3 worker(s)", " - 2 of 3 workers",
+                     "from attempt 2: 2 of 3 workers (lost: 10.77.0.4)"],
     "parameter-server": ["coordinator: test accuracy", "data:image/png;base64",
                          "/job:ps/replica:0/task:0",
                          "/job:ps/replica:0/task:1", "<tfdistributed strategy: parameter_server>"],

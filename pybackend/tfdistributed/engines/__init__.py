@@ -15,6 +15,9 @@ module         what it holds
 ``slurm/``     SLURM: the ``sbatch`` engine (``backend="slurm"``), its batch script, the
                task-side wrapper ``srun`` starts; the public names of SLURM
 ``ray/``       Ray actors (``backend="ray"``)
+``elastic/``   hosts that come and go: which places each attempt runs on, a job that
+               shrinks when a host is gone for good (``min_workers``) and grows when it is
+               back, every engine alike
 =============  ==========================================================================
 
 :data:`ENGINES` maps each backend name to its engine. An engine's module is imported only when

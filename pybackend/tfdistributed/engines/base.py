@@ -65,6 +65,11 @@ class LaunchResult:
     one dict per task (``task``, ``steps``, ``examples_per_second``, ``median_step_seconds``,
     ``wait_seconds``, ``outside_seconds``, ``restarts``, ``straggler``, ``straggler_epochs``);
     ``stragglers`` the tasks named stragglers.
+
+    An elastic job (``launch(min_workers=)``): ``sizes`` lists each size it ran at, a dict per
+    change (``attempt``, ``workers``, ``wanted``, ``why``: ``"start"``, ``"lost"`` or
+    ``"back"``, ``places``: the hosts or nodes that left or came, ``position``: the step it
+    resumed from, ``seconds``: since the start); empty for a job whose places cannot change.
     """
 
     cluster: dict
@@ -76,6 +81,7 @@ class LaunchResult:
     epochs: list = field(default_factory=list)
     workers: list = field(default_factory=list)
     stragglers: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)
 
     @property
     def values(self) -> list:

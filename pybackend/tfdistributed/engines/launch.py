@@ -37,7 +37,8 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
            env=None, args=(), cluster=None, tasks=None, on_output=None, echo=True, python=None,
            rscript="Rscript", cwd=None, prepare_task=None, hosts=None, grace=5.0, show_all=False,
            backend="local", progress=True, stall_warning=DEFAULT_STALL_WARNING,
-           stall_timeout=None, tensorboard=None, join_timeout=None, **backend_options):
+           stall_timeout=None, tensorboard=None, join_timeout=None, min_workers=None,
+           **backend_options):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG (local clusters: free ports on 127.0.0.1), so a script that
@@ -96,6 +97,18 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             task names, every 15 s (a third of a shorter timeout), the tasks it still waits
             for and what the network answers, then fails with ``JoinTimeoutError`` naming
             them (every backend).
+        min_workers: let the job go on with fewer workers when hosts it runs on are gone for
+            good (hosts of ``hosts=``, SLURM nodes, Ray nodes; :mod:`tfdistributed.engines.elastic`):
+            ``workers`` is the size the job wants, ``min_workers`` the fewest it trains with.
+            After a failure, a host that does not answer within the join timeout is lost: the
+            job restarts on the others from its backup, with the same global batch (each
+            replica's share grows) and learning rate, at the most workers over which the global
+            batch splits evenly; a lost host is probed in the background and, when it answers,
+            the job grows back at its next backup. The job may also start with fewer hosts
+            than it wants and grow. These restarts do not spend ``max_restarts``. Without
+            ``min_workers`` a job needs all of its hosts: a lost one ends it with
+            :class:`~tfdistributed.errors.HostLostError` naming it. ``result.sizes`` lists
+            each change of size.
         show_all: also stream TensorFlow's C++ start-up lines and each task's Keras progress
             lines (always kept in ``output``).
         progress: one progress display for the whole job instead of each task's Keras progress
@@ -124,9 +137,12 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         ``history`` the job's training history (as ``keras.callbacks.History.history``: the
         chief's, else worker 0's epochs, each once across restarts), ``workers`` one record per
         task (steps, examples/s, median step, waiting, restarts, straggler) and
-        ``stragglers`` the tasks named as such (:mod:`tfdistributed.watch.collector`).
+        ``stragglers`` the tasks named as such (:mod:`tfdistributed.watch.collector`);
+        ``sizes`` each size an elastic job ran at, when and why (hosts lost or back).
 
     Raises:
+        HostLostError: hosts of the job are gone for good and too few workers are left
+            (``min_workers``), or the job needs every one of them.
         LaunchError: a task exited non-zero (on every attempt, or the same way twice in a row,
             when restarts are allowed: ``.attempts`` lists each failure), or the target or a
             port cannot be used; ``.results`` has every task's outcome (of the last attempt).
@@ -146,15 +162,20 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
         1
     """
     max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
+    min_workers = as_int(min_workers, "min_workers", minimum=1, allow_none=True)
     join_timeout = join.as_timeout(join_timeout)
     if join_timeout is not None:
         env = {**dict(env or {}), join.ENV: f"{join_timeout:g}"}
+    # A host that does not answer for as long as a task of the next attempt would wait for it
+    # to join is lost.
+    places = dict(min_workers=min_workers,
+                  grace_for_places=join_timeout or join.DEFAULT_JOIN_TIMEOUT)
     watch = job_watch(progress, stall_warning, echo=echo, on_output=on_output,
                       tensorboard=tensorboard)
     env = {**task_env(watch.stall_warning, stall_timeout), **(env or {})}
     common = dict(timeout=timeout, max_restarts=max_restarts, env=env, args=args,
                   on_output=on_output, echo=echo, python=python, rscript=rscript, cwd=cwd,
-                  show_all=show_all, watch=watch)
+                  show_all=show_all, watch=watch, **places)
     local_only = dict(cluster=cluster, tasks=tasks, prepare_task=prepare_task, hosts=hosts)
     if backend == "local":
         if backend_options:

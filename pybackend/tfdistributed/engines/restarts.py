@@ -11,15 +11,24 @@ each task told its attempt in ``TFDISTRIBUTED_ATTEMPT``. Resuming where the job 
 training's part (``fit(backup_dir=...)``). :class:`Restarts` decides: it announces each restart
 in the job's output, and ends the job when no restart is left, or at once when a task fails
 the same way twice in a row (a bug, which no restart cures).
+
+An engine whose tasks run on places that can be lost (hosts of ``launch(hosts=)``, SLURM or
+Ray nodes) is asked first which places answer (:mod:`tfdistributed.engines.elastic`): a job
+that lost a host for good shrinks (``min_workers``) or ends naming the host, and one whose lost
+host answers again grows at its next backup. Those restarts change the job's membership and do
+not spend ``max_restarts``.
 """
 
 from __future__ import annotations
 
 import time
 
+import contextlib
+
 from ..errors import LaunchError, LaunchTimeoutError
 from .base import Deadline, Job, LaunchResult
 from ..watch.channel import PREEMPTED_EXIT_CODE
+from .elastic.policy import Elastic
 from .output import Relay, error_line, how_it_ended
 
 
@@ -33,19 +42,25 @@ def failure_of(name: str, returncode: int, lines, ended: str | None = None) -> d
 def run(launcher) -> LaunchResult:
     """Run a job on ``launcher`` (a :class:`~tfdistributed.engines.base.Launcher`): attempt
     0, 1, ... until one returns its :class:`LaunchResult`, which is given the job's wall time,
-    restarts and attempts. A task's failure (a :class:`LaunchError` with a ``failure``) goes to
-    the restart policy (:class:`Restarts`), which restarts or raises; any other error (a port
-    in use, the timeout, an interrupt) propagates. The timeout counts from the first start.
+    restarts, attempts and (elastic jobs) sizes. A task's failure (a :class:`LaunchError` with
+    a ``failure``) goes to the membership policy (:func:`elastic_of`) and then to the restart
+    policy (:class:`Restarts`), which restarts or raises; any other error (a port in use, the
+    timeout, an interrupt) propagates. The timeout counts from the first start.
     """
     restarts = Restarts(launcher.max_restarts, launcher.relay)
     watch = launcher.relay.watch
     with launcher:
         deadline = Deadline(launcher.timeout, time.monotonic())
+        elastic = elastic_of(launcher)
+        places = elastic.first() if elastic else None
         while True:
             if watch is not None and restarts.attempt:
                 watch.new_attempt(restarts.attempt)
+            job = launcher.job(restarts.attempt, deadline, places) if elastic else \
+                launcher.job(restarts.attempt, deadline)
             try:
-                result = attempt(launcher.job(restarts.attempt, deadline), deadline)
+                with elastic.watching(job) if elastic else contextlib.nullcontext():
+                    result = attempt(job, deadline)
             except LaunchTimeoutError as error:
                 stalled = watch.last_stall if watch is not None else None
                 if not stalled:
@@ -55,16 +70,54 @@ def run(launcher) -> LaunchResult:
             except LaunchError as error:
                 if error.failure is None:  # not a task's failure: a port in use...
                     raise
-                restarts.failed(error)
+                places = _next_places(elastic, restarts, error)
                 continue
-            result.seconds = deadline.elapsed()
-            result.restarts, result.attempts = restarts.attempt, restarts.succeeded()
-            if watch is not None:
-                launcher.relay.tick()
-                result.history, result.epochs = watch.history(), watch.epochs()
-                result.workers = watch.workers(result.restarts)
-                result.stragglers = sorted(watch.stragglers)
-            return result
+            return _finished(result, deadline, restarts, watch, launcher, elastic)
+
+
+def elastic_of(launcher):
+    """The membership policy of a launcher whose tasks run on places that can be lost
+    (``launcher.places()``), else None. ``launcher.min_workers`` (None: every place is
+    needed) and ``launcher.grace`` (seconds a place may take to answer) come from
+    ``launch()``."""
+    places = getattr(launcher, "places", None)
+    if places is None or not places():
+        return None
+    return Elastic(launcher, getattr(launcher, "min_workers", None),
+                   getattr(launcher, "grace_for_places", 300.0), launcher.relay)
+
+
+def _next_places(elastic, restarts, error: LaunchError):
+    """After a failed attempt: the places of the next one (None: not elastic), the failure
+    recorded as a membership change or as a restart (which may raise)."""
+    if elastic is None:
+        restarts.failed(error)
+        return None
+    if elastic.grow_asked and error.failure.get("preempted"):
+        restarts.resized(error, elastic.after_planned_stop(restarts.attempt))
+        return elastic.placed()
+    if restarts.left() or elastic.elastic:
+        try:
+            said = elastic.after_failure(restarts.attempt)
+        except LaunchError as lost:
+            restarts.ended(error, lost)
+        if said:
+            restarts.resized(error, said)
+            return elastic.placed()
+    restarts.failed(error)
+    return elastic.placed()
+
+
+def _finished(result, deadline, restarts, watch, launcher, elastic) -> LaunchResult:
+    result.seconds = deadline.elapsed()
+    result.restarts, result.attempts = restarts.attempt, restarts.succeeded()
+    result.sizes = [c.as_dict() for c in elastic.members.changes] if elastic else []
+    if watch is not None:
+        launcher.relay.tick()
+        result.history, result.epochs = watch.history(), watch.epochs()
+        result.workers = watch.workers(result.restarts)
+        result.stragglers = sorted(watch.stragglers)
+    return result
 
 
 def attempt(job: Job, deadline: Deadline) -> LaunchResult:
@@ -90,22 +143,50 @@ class Restarts:
         self.max_restarts = max_restarts
         self.relay = relay
         self.attempts: list[dict] = []
+        self.counted = 0   # restarts that spent max_restarts (membership changes do not)
 
     @property
     def attempt(self) -> int:
         """The 0-based number of the attempt about to start (or running)."""
         return len(self.attempts)
 
-    def failed(self, error: LaunchError) -> None:
-        """Record the running attempt's failure, then announce the restart or raise."""
+    def left(self) -> bool:
+        """Whether a counted restart is left."""
+        return self.counted < self.max_restarts
+
+    def _record(self, error: LaunchError, **extra) -> dict:
         watch = self.relay.watch
         point = watch.failure_point(error.failure["task"]) if watch is not None else {}
-        failure = dict(attempt=self.attempt, **error.failure, **point)
+        failure = dict(attempt=self.attempt, **error.failure, **point, **extra)
         self.attempts.append(failure)
+        return failure
+
+    def resized(self, error: LaunchError, said: str) -> None:
+        """The running attempt ended because the job's membership changes (a place lost, or
+        back): announced, restarted without spending ``max_restarts``."""
+        failure = self._record(error, resized=True)
+        how = ("stopped at its backup" if failure["preempted"] else
+               f"{failure['task']} {failure['ended']} ({failure['error'] or 'no output'})")
+        self.relay.send(f"[tfdistributed] attempt {self.attempt}: {how}; {said}; restarting the "
+                        f"job (a change of hosts: not counted in max_restarts)")
+
+    def ended(self, error: LaunchError, lost: LaunchError) -> None:
+        """The job cannot go on: its places are lost (``lost`` says which and why)."""
+        self._record(error)
+        self.relay.send(f"[tfdistributed] {error.failure['task']} {error.failure['ended']}; "
+                        f"{lost}")
+        raise type(lost)(f"{lost} The failure that ended the last attempt: {error}",
+                         error.results, failure=error.failure, attempts=self.attempts)
+
+    def failed(self, error: LaunchError) -> None:
+        """Record the running attempt's failure, then announce the restart or raise."""
+        failure = self._record(error)
+        self.counted += 1
         if self.max_restarts == 0:
             error.attempts = self.attempts
             raise error
-        of = f"attempt {self.attempt} of {self.max_restarts + 1}"
+        resizes = sum(1 for a in self.attempts if a.get("resized"))
+        of = f"attempt {self.attempt} of {self.max_restarts + 1 + resizes}"
         said = f"{failure['task']} {failure['ended']} on {of}"
         bug = self._bug()
         if bug:
@@ -114,7 +195,7 @@ class Restarts:
             raise LaunchError(_repeated_message(self.attempts, error, bug), error.results,
                               failure=error.failure,
                               attempts=self.attempts)
-        if self.attempt > self.max_restarts:
+        if self.counted > self.max_restarts:
             raise LaunchError(_every_attempt_message(self.attempts, error), error.results,
                               failure=error.failure,
                               attempts=self.attempts)
@@ -129,6 +210,8 @@ class Restarts:
         if len(self.attempts) < 2 or self.attempts[-1]["preempted"]:
             return None
         last, before = self.attempts[-1], self.attempts[-2]
+        if before.get("resized"):  # another membership: another job
+            return None
         if any(last[k] != before[k] for k in ("task", "ended", "error")):
             return None
         return _no_progress(before, last)
@@ -186,8 +269,9 @@ def _attempts_list(attempts: list) -> str:
 
 
 def _every_attempt_message(attempts: list, last: LaunchError) -> str:
+    counted = sum(1 for a in attempts if not a.get("resized"))
     return (f"The job failed on each of its {len(attempts)} attempts (max_restarts="
-            f"{len(attempts) - 1}): {_attempts_list(attempts)}. Fix what the errors say; if the "
+            f"{counted - 1}): {_attempts_list(attempts)}. Fix what the errors say; if the "
             f"failures are bad luck (machines lost, tasks preempted), allow more restarts with "
             f"a larger max_restarts. The last failure: {last}")
 

@@ -30,6 +30,7 @@ prefix that does, and :meth:`LocalSlurm.run` uses it::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -179,6 +180,9 @@ class LocalSlurm:
             f"SlurmctldLogFile={d}/log/slurmctld.log",
             f"SlurmdLogFile={d}/log/slurmd-%n.log",
             "ReturnToService=2",
+            # A node whose slurmd stops answering is marked down within about 10 s (default
+            # 300 s): an elastic job's tests lose a node and must see SLURM say so.
+            "SlurmdTimeout=10",
             # scancel: SIGTERM, then SIGKILL after 5 s (default 30 s).
             "KillWait=5",
             *self._node_lines(),
@@ -233,10 +237,8 @@ class LocalSlurm:
                         lambda: os.path.exists(socket_path))
             self._start("slurmctld", [*self.prefix, "slurmctld", "-D", "-f", self.conf],
                         lambda: self.run(["scontrol", "ping"], check=False).returncode == 0)
-            for i, node in enumerate(self.nodes):
-                here = _netns_prefix(self.hosts[i].name) if self.hosts else []
-                self._start(f"slurmd-{node}", [*here, "slurmd", "-D", "-N", node, "-f", self.conf],
-                            lambda node=node: os.path.exists(self.path(f"slurmd-{node}.pid")))
+            for node in self.nodes:
+                self._start_slurmd(node)
             self._wait_idle()
         except BaseException:
             self.stop()
@@ -244,6 +246,22 @@ class LocalSlurm:
         self._previous_conf = os.environ.get("SLURM_CONF")
         os.environ["SLURM_CONF"] = self.conf
         return self
+
+    def _start_slurmd(self, node: str) -> None:
+        here = _netns_prefix(self.hosts[self.nodes.index(node)].name) if self.hosts else []
+        self._start(f"slurmd-{node}", [*here, "slurmd", "-D", "-N", node, "-f", self.conf],
+                    lambda: os.path.exists(self.path(f"slurmd-{node}.pid")))
+
+    def reboot_node(self, node: str, timeout: float = 20.0) -> None:
+        """Stop ``node``'s slurmd and start it again, as when the node reboots: it registers
+        with slurmctld, which gives a node that was down back to service
+        (``ReturnToService=2``). Call it from a thread that outlives the node: Linux ends a
+        daemon when the thread that started it ends (``PR_SET_PDEATHSIG``, which keeps a
+        killed test run from leaving daemons behind)."""
+        _end(self._procs.pop(f"slurmd-{node}"), timeout)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.path(f"slurmd-{node}.pid"))
+        self._start_slurmd(node)
 
     def _wait_idle(self) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -267,13 +285,7 @@ class LocalSlurm:
             self.run(["scancel", "--full", f"--partition={self.partition}"], check=False)
         # In the reverse of their start order: the slurmds, slurmctld, then munged.
         for name in reversed(list(self._procs)):
-            proc = self._procs.pop(name)
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=timeout)
+            _end(self._procs.pop(name), timeout)
         if self._previous_conf is None:
             if os.environ.get("SLURM_CONF") == self.conf:
                 os.environ.pop("SLURM_CONF")
@@ -287,6 +299,16 @@ class LocalSlurm:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _end(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM a daemon, SIGKILL it if it has not ended within ``timeout``, and reap it."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
 
 
 def _stop_with_parent() -> None:

@@ -53,6 +53,7 @@ class _Task:
         self.ended = False
         self.new_fit = False     # a fit began, and its first epoch has not ended yet
         self.seen: dict = {}     # all attempts: epoch -> figures
+        self.attempts: set = set()  # the attempts it took part in
         self.beat_at = time.monotonic()  # when its last beat came
 
     def steps(self) -> int:
@@ -85,6 +86,7 @@ class JobWatch:
         self._stall_said = None
         self._stall_looked = 0.0
         self.last_stall: str | None = None  # the last stall named, for a timeout's message
+        self.sizes: list = []        # each change of an elastic job's size (engines/elastic)
 
     # -- records, from any thread ---------------------------------------------------------------
     def new_attempt(self, attempt: int) -> None:
@@ -100,6 +102,7 @@ class JobWatch:
         kind = record.get("kind")
         with self.lock:
             task = self.tasks.setdefault(name, _Task())
+            task.attempts.add(self.attempt)
             if kind == "beat":
                 task.beat, task.beat_at = record, time.monotonic()
             elif kind == "begin":
@@ -114,6 +117,36 @@ class JobWatch:
                 self.backups.append(dict(record, attempt=self.attempt))
             elif kind == "failed":
                 task.beat = dict(record, kind="beat")
+
+    def say(self, line: str) -> None:
+        """A line for the job's output, from any thread (printed on the calling thread)."""
+        with self.lock:
+            self.pending.append(line)
+
+    def size_changed(self, change: dict) -> None:
+        """An elastic job runs at a new size from now (``change``: a
+        :class:`~tfdistributed.engines.elastic.membership.SizeChange` as a dict); the curve
+        ``job/workers`` in TensorBoard, at the step it resumes from."""
+        with self.lock:
+            self.sizes.append(dict(change))
+            step = change.get("position") or 0
+            self.events.append(("job", "workers", change["workers"], step))
+
+    def training_shape(self) -> dict:
+        """What the reporting task's last ``fit`` said when it began: ``examples_per_step``
+        (the global batch) and ``replicas`` (in sync), each None when not known."""
+        with self.lock:
+            reporter = self._reporter()
+            begin = self.tasks[reporter].begin if reporter else {}
+            return {"examples_per_step": begin.get("examples_per_step"),
+                    "replicas": begin.get("replicas")}
+
+    def backed_up_in_attempt(self) -> bool:
+        """Whether a task wrote a backup in the running attempt (a planned stop then costs
+        nothing: every task stops at the next one)."""
+        with self.lock:
+            return any(b.get("kind") == "backup" and b.get("attempt") == self.attempt
+                       for b in self.backups)
 
     def failure_point(self, name: str) -> dict:
         """Where the running attempt was when task ``name`` failed, for the restart policy:
@@ -181,11 +214,13 @@ class JobWatch:
         step_seconds = figures.get("step_seconds") or beat.get("step_seconds")
         per_step = figures.get("examples_per_step") or task.begin.get("examples_per_step")
         rate = per_step / step_seconds if per_step and step_seconds else None
+        size = self.sizes[-1] if self.sizes else {}
         return "[tfdistributed] " + progress.line(
             epoch=epoch, epochs=epochs, step=step, steps=steps, logs=logs,
             examples_per_second=rate, elapsed=time.monotonic() - self.started,
             remaining=progress.remaining(epoch=epoch, epochs=epochs, step=step, steps=steps,
-                                         step_seconds=step_seconds))
+                                         step_seconds=step_seconds),
+            workers=(size.get("workers"), size.get("wanted")))
 
     def _stall(self, now: float) -> str | None:
         # Beats come every 2 s: once a second is often enough to look (due() runs every 50 ms).
@@ -247,7 +282,8 @@ class JobWatch:
                     "examples_per_second": share / step_s if share and step_s else None,
                     "median_step_seconds": step_s, "wait_seconds": waits.get(name),
                     "outside_seconds": _median([e.get("outside") for e in seen]),
-                    "restarts": restarts, "straggler": name in self.stragglers,
+                    "restarts": restarts, "attempts": sorted(task.attempts),
+                    "straggler": name in self.stragglers,
                     "straggler_epochs": [e + 1 for e in self.stragglers.get(name, [])]})
             return rows
 

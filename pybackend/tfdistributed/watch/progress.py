@@ -31,8 +31,10 @@ def _logs(logs: dict) -> str:
 
 
 def line(*, epoch: int, epochs, step, steps, logs: dict, examples_per_second, elapsed: float,
-         remaining) -> str:
-    """One line: where the job is, its last logs, its pace and time."""
+         remaining, workers=(None, None)) -> str:
+    """One line: where the job is, its last logs, its pace and time; and, for an elastic job
+    running with fewer workers than it wants (``workers``: how many now, how many wanted),
+    ``2 of 3 workers``."""
     text = f"epoch {epoch + 1}/{epochs or '?'}"
     if step is not None:
         text += f" - {step}/{steps or '?'}"
@@ -42,6 +44,9 @@ def line(*, epoch: int, epochs, step, steps, logs: dict, examples_per_second, el
     text += f" - {_duration(elapsed)} elapsed"
     if remaining is not None:
         text += f", ~{_duration(remaining)} left"
+    now, wanted = workers
+    if now and wanted and now < wanted:
+        text += f" - {now} of {wanted} workers"
     return text
 
 

@@ -72,6 +72,12 @@ class TaskState:
         self.cycles, self.outside, self.inside = [], [], []
         self.logs = {}
         self.epoch_started = time.monotonic()
+        # (epoch, step) a resumed fit skips to: the steps before it do nothing and are no pace.
+        self.skip = (0, 0)
+
+    def skipped(self, batch) -> bool:
+        """Whether ``batch`` of the running epoch is a step a resumed fit skips."""
+        return (self.epoch, batch) < self.skip
 
     def snapshot(self) -> dict:
         """A JSON-able picture of the task now."""
@@ -151,10 +157,13 @@ def _train_begin(self, logs=None):
         STATE.epochs, STATE.steps_per_epoch = params.get("epochs"), params.get("steps")
         STATE.examples_per_step = self.examples_per_step
         STATE.last_progress = time.monotonic()
+        STATE.skip = (0, 0)  # a resumed fit says where it resumes, after this
     Heartbeat.ensure(getattr(self.model, "distribute_strategy", None))
     if channel.enabled():
+        strategy = getattr(self.model, "distribute_strategy", None)
         channel.send("begin", epochs=STATE.epochs, steps_per_epoch=STATE.steps_per_epoch,
-                     examples_per_step=self.examples_per_step)
+                     examples_per_step=self.examples_per_step,
+                     replicas=getattr(strategy, "num_replicas_in_sync", None))
 
 
 def _epoch_begin(self, epoch, logs=None):
@@ -168,7 +177,9 @@ def _epoch_begin(self, epoch, logs=None):
 def _step_begin(self, batch, logs=None):
     now = time.monotonic()
     with STATE.lock:
-        if STATE.phase == "train":
+        if STATE.phase == "train" and STATE.skipped(batch):
+            STATE.begun = STATE.ended = None
+        elif STATE.phase == "train":
             if STATE.ended is not None:
                 STATE.outside.append(now - STATE.ended)
             if STATE.begun is not None:
@@ -184,7 +195,7 @@ def _step_end(self, batch, logs=None):
         STATE.steps += 1
         STATE.batch = batch + 1
         STATE.last_progress = STATE.ended = now
-        if STATE.begun is not None:
+        if STATE.begun is not None and not STATE.skipped(batch):
             STATE.inside.append(now - STATE.begun)
         STATE.logs = logs or {}
 
@@ -234,6 +245,9 @@ def _train_end(self, logs=None):
 def note(kind: str, epoch: int, step: int, steps_per_epoch=None) -> None:
     """Tell the launcher that a backup of training at ``(epoch, step)`` was written
     (``kind="backup"``) or that training resumed from one (``"resume"``), if one listens."""
+    if kind == "resume":
+        with STATE.lock:
+            STATE.skip = (int(epoch), int(step))
     if channel.enabled():
         channel.send(kind, epoch=epoch, step=step,
                      position=position(epoch, step, steps_per_epoch or STATE.steps_per_epoch))

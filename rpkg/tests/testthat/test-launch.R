@@ -128,3 +128,37 @@ test_that("the progress arguments are checked, in R or by the backend", {
   expect_error(launch_cluster(script, stall_timeout = 0), "`stall_timeout` must be a number of seconds",
                class = "tfdistributed_error")
 })
+
+test_that("an elastic job's sizes become a data frame and print as changes", {
+  sizes <- sizes_frame(list(
+    list(attempt = 0L, workers = 3L, wanted = 3L, why = "start", places = list(),
+         position = NULL, seconds = 0.1),
+    list(attempt = 1L, workers = 2L, wanted = 3L, why = "lost", places = list("10.77.0.4"),
+         position = 18L, seconds = 40.7),
+    list(attempt = 2L, workers = 3L, wanted = 3L, why = "back", places = list("10.77.0.4"),
+         position = 54L, seconds = 55.7)))
+  expect_identical(sizes$workers, c(3L, 2L, 3L))
+  expect_identical(sizes$why, c("start", "lost", "back"))
+  expect_identical(sizes$places, c("", "10.77.0.4", "10.77.0.4"))
+  expect_identical(sizes$position, c(NA, 18L, 54L))
+  expect_identical(nrow(sizes_frame(list())), 0L)
+  job <- structure(list(
+    tasks = data.frame(task_type = "worker", task_index = 0:2, returncode = 0L),
+    seconds = 80, restarts = 2L, attempts = attempts_frame(list(list(attempt = 0L))),
+    workers = workers_frame(list()), stragglers = character(), sizes = sizes,
+    history = new_history(list(), list())), class = "tfdistributed_launch")
+  shown <- capture.output(print(job))
+  expect_true(any(grepl("from attempt 2: 2 of 3 workers \\(lost: 10.77.0.4\\)", shown)),
+              info = paste(shown, collapse = "\n"))
+  expect_true(any(grepl("from attempt 3: 3 of 3 workers \\(back: 10.77.0.4\\)", shown)))
+})
+
+test_that("min_workers needs hosts that can be lost, and a whole number", {
+  skip_if_no_backend()
+  script <- withr::local_tempfile(fileext = ".R")
+  writeLines("invisible(NULL)", script)
+  expect_error(launch_cluster(script, workers = 2, min_workers = 1), "runs on this machine only",
+               class = "tfdistributed_argument_type_error")
+  expect_error(launch_cluster(script, workers = 2, min_workers = 1.5), "min_workers",
+               class = "tfdistributed_error")
+})

@@ -10,6 +10,8 @@ from __future__ import annotations
 import textwrap
 import time
 
+import psutil
+
 import pytest
 
 import tfdistributed as tfd
@@ -71,31 +73,37 @@ def test_failing_task_fails_the_job_fast_and_by_name(ray_cluster, tmp_path):
     assert processes_running(str(path)) == []
 
 
-def _kill_my_actor():
+def _kill_my_actor(pid_dir):
     import json
     import os
     import signal
     import time
 
+    # Each task says who it is: the test checks that exactly these processes are gone (other
+    # jobs may run beside it).
+    with open(os.path.join(pid_dir, str(os.getpid())), "w"):
+        pass
     if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
         # The task's parent is its Ray actor: a worker process lost with its machine.
         os.kill(os.getppid(), signal.SIGKILL)
     time.sleep(300)
 
 
-def test_a_lost_actor_fails_the_job_by_name(ray_cluster):
+def test_a_lost_actor_fails_the_job_by_name(ray_cluster, tmp_path):
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match="Task worker 0 was lost: its Ray actor died"):
-        tfd.launch(_kill_my_actor, workers=2, backend="ray", timeout=120, echo=False)
+        tfd.launch(_kill_my_actor, workers=2, backend="ray", timeout=120, echo=False,
+                   args=(str(tmp_path),))
     # Noticed before the 120 s timeout (a dead actor's poll answers at once, a silent one after
     # 30 s), with room for a busy machine.
     assert time.monotonic() - t0 < 100
     # The other task is stopped with its actor: gone within seconds (more on a busy machine).
+    pids = [int(p.name) for p in tmp_path.iterdir()]
     for _ in range(40):
-        if not processes_running("tfdistributed _call"):
+        if not [p for p in pids if psutil.pid_exists(p)]:
             break
         time.sleep(0.5)
-    assert processes_running("tfdistributed _call") == []
+    assert pids and not [p for p in pids if psutil.pid_exists(p)]
 
 
 def test_max_failures_runs_the_job_again(ray_cluster, tmp_path):

@@ -22,7 +22,9 @@ from ...cluster.spec import parse_address
 from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult
 from ..output import Relay, error_summary, how_it_ended
-from .plan import LaunchPlan, TaskPlan, check_hosts, check_timeout, plan_launch
+from ..elastic.probes import probe_hosts
+from .plan import (LaunchPlan, TaskPlan, check_hosts, check_timeout, host_of, on_hosts,
+                   plan_launch)
 from ..restarts import failure_of
 
 
@@ -129,6 +131,14 @@ class LocalJob:
             if t.reader is not None:
                 t.reader.join(timeout=self.grace)
         self.drain()
+
+    def preempt(self) -> None:
+        """Tell every task running the target to stop at its next backup (SIGTERM, as a
+        preemption notice: ``fit(backup_dir=...)`` backs up there and exits with status 75).
+        The servers of a parameter-server job are stopped with the job afterwards."""
+        _signal_groups([t.proc for t in self.tasks
+                        if not t.server and t.proc is not None and t.poll() is None],
+                       signal.SIGTERM)
 
     def stop(self) -> None:
         """Kill whatever still runs (after an error or an interrupt: nothing is passed on
@@ -265,7 +275,7 @@ class LocalLauncher:
     def __init__(self, target, workers=2, ps=0, chief=False, *, timeout, max_restarts=0,
                  env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
                  cwd=None, show_all=False, cluster=None, tasks=None, prepare_task=None,
-                 hosts=None, grace=5.0, watch=None):
+                 hosts=None, grace=5.0, watch=None, min_workers=None, grace_for_places=300.0):
         import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
         self.timeout = check_timeout(timeout)
@@ -284,6 +294,13 @@ class LocalLauncher:
         self.cluster = None if cluster is None else checked_local(cluster, self.hosts)
         self.options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript,
                             cwd=cwd, prepare_task=prepare_task, hosts=self.hosts)
+        self.min_workers, self.grace_for_places = min_workers, grace_for_places
+        if min_workers is not None and not self.places():
+            raise ArgumentTypeError(
+                "`min_workers` lets a job go on without hosts that are gone; a local job runs on "
+                "this machine only, which cannot be lost without the launcher. Give the job "
+                "hosts of its own (cluster= and hosts=), or run it on SLURM or Ray "
+                "(backend='slurm' / 'ray').")
 
     def __enter__(self) -> "LocalLauncher":
         return self
@@ -291,10 +308,39 @@ class LocalLauncher:
     def __exit__(self, kind, error, tb) -> bool:
         return False
 
-    def job(self, attempt: int, deadline: Deadline) -> LocalJob:
-        """Attempt ``attempt`` planned: the cluster (new free ports unless one was given), each
-        task's argv, environment (with its attempt) and TF_CONFIG."""
+    def job(self, attempt: int, deadline: Deadline, places=None) -> LocalJob:
+        """Attempt ``attempt`` planned: the cluster (new free ports unless one was given; only
+        its tasks on ``places``, the hosts an elastic job runs on now), each task's argv,
+        environment (with its attempt) and TF_CONFIG."""
         cluster = self.cluster or checked_local(local_cluster(*self.counts))
+        tasks = self.options["tasks"]
+        if places is not None:
+            cluster = on_hosts(cluster, places)
+            tasks = None if tasks is None else [t for t in tasks if t in cluster.tasks()]
         env = dict(self.options["env"] or {}, **{ATTEMPT_ENV: str(attempt)})
-        plan = plan_launch(self.target, cluster, **dict(self.options, env=env))
+        plan = plan_launch(self.target, cluster, **dict(self.options, env=env, tasks=tasks))
         return LocalJob(plan, self.relay, self.grace)
+
+    # -- hosts that come and go (engines/elastic) -------------------------------------------
+    def places(self) -> list:
+        """The hosts of ``hosts=`` the cluster's tasks run on, chief and worker 0's first
+        (none for a cluster on this machine alone: it cannot be lost without the launcher)."""
+        if not self.hosts or self.cluster is None:
+            return []
+        hosts = [host_of(self.cluster.address(r, i)) for r, i in self.cluster.tasks()]
+        return [h for n, h in enumerate(hosts) if h in self.hosts and h not in hosts[:n]]
+
+    def trainers(self, places) -> int:
+        """Tasks holding training replicas on ``places`` (the chief and workers; a
+        parameter-server job's workers)."""
+        roles = ("worker",) if self.cluster.parameter_server else ("chief", "worker")
+        return sum(1 for r, i in self.cluster.tasks()
+                   if r in roles and host_of(self.cluster.address(r, i)) in places)
+
+    def probe(self, places, active) -> dict:
+        """``{host: None if it answers, else why}`` (:mod:`tfdistributed.engines.elastic.probes`)."""
+        addresses = {host_of(self.cluster.address(r, i)): self.cluster.address(r, i)
+                     for r, i in self.cluster.tasks()
+                     if host_of(self.cluster.address(r, i)) in set(places) | set(active)}
+        return probe_hosts({h: self.hosts[h] for h in places}, addresses,
+                           self.options["python"])

@@ -36,6 +36,7 @@ import time
 
 from ..._args import as_int
 from ...cluster.spec import ROLES, format_address
+from ...cluster.addresses import local_addresses
 from ...cluster.local import Cluster
 from ...errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
@@ -101,6 +102,15 @@ class _TaskActor:
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
         return os.getpid()
+
+    def signal(self, signum):
+        """Send the task's process group ``signum`` (SIGTERM: stop at the next backup)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
+        return True
 
     def poll(self):
         """New output lines since the last call, and the exit code (None while running)."""
@@ -177,6 +187,25 @@ def start_local_ray(num_cpus: int = 2, **init_options):
             os.environ.pop("LD_LIBRARY_PATH", None)
         else:
             os.environ["LD_LIBRARY_PATH"] = saved
+
+
+def _raylet_silent(place: str) -> str | None:
+    """Why the raylet at ``place`` (``address:port``) does not answer, or None if it does."""
+    import socket
+
+    host, _, port = place.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError as e:
+        return f"its raylet does not answer at {place} ({e.strerror or e})"
+    return None
+
+
+def _on_node(node_id: str) -> dict:
+    """Actor options that place it on the Ray node ``node_id`` and nowhere else."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)}
 
 
 def _import_ray():
@@ -270,7 +299,7 @@ class RayJob:
     job, and every actor is stopped."""
 
     def __init__(self, ray, roles, ps_mode: bool, options: dict, relay: Relay, grace: float, *,
-                 start: dict, poll: float):
+                 start: dict, poll: float, nodes=None):
         self.ray = ray
         self.start_with, self.poll = start, poll
         self.roles = roles
@@ -280,7 +309,10 @@ class RayJob:
         self.relay = relay
         self.grace = grace
         actor_cls = ray.remote(_TaskActor)
-        self.actors = [actor_cls.options(name=None, **options).remote() for _ in roles]
+        # An elastic job places one task on each of its nodes; else Ray places them.
+        placement = [_on_node(node) for node in nodes] if nodes else [{} for _ in roles]
+        self.actors = [actor_cls.options(name=None, **{**options, **where}).remote()
+                       for where in placement]
         self.lines = [[] for _ in roles]
         self.codes: list = [None] * len(roles)
         self.primaries = [n for n, (r, _) in enumerate(roles) if not ps_mode or r == "chief"]
@@ -310,6 +342,17 @@ class RayJob:
         for a in self.actors:
             self.ray.kill(a)
 
+    def preempt(self) -> None:
+        """Tell every task running the target to stop at its next backup (SIGTERM, as a
+        preemption notice)."""
+        import signal
+
+        for n in self.primaries:
+            try:
+                self.actors[n].signal.remote(signal.SIGTERM)
+            except Exception:  # noqa: BLE001  (an actor that is gone has nothing to stop)
+                pass
+
     def place(self, timeout: float) -> dict:
         """Wait for every actor to be placed; the cluster of the ports they picked."""
         ray = self.ray
@@ -320,9 +363,11 @@ class RayJob:
                 f"Ray could not start the job's {len(self.roles)} task actors within {timeout:g} s "
                 f"(each asks for {self.options}); the cluster has {ray.cluster_resources()}. Ask "
                 f"for fewer tasks or resources, or add nodes.", self._results()) from None
-        here = ray.get_runtime_context().get_node_id()
-        # All on this machine: loopback only (TensorFlow's gRPC servers have no authentication).
-        local = all(node == here for _, _, node in placed)
+        # All on this machine (one Ray node, or several Ray nodes of this machine): loopback only
+        # (TensorFlow's gRPC servers have no authentication).
+        addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
+        mine = local_addresses() | {"127.0.0.1", "localhost"}
+        local = all(addresses.get(node) in mine for _, _, node in placed)
         cluster: dict = {}
         for (role, _), (ip, port, _) in zip(self.roles, placed):
             cluster.setdefault(role, []).append(format_address("127.0.0.1" if local else ip, port))
@@ -412,11 +457,20 @@ class RayLauncher:
     is connected to Ray (a local Ray started for the job is shut down at the end); each attempt
     is a :class:`RayJob` of fresh actors."""
 
+    place_word = "node"  # what a place of an elastic job is (engines/elastic)
+
     def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
                  args=(), on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
                  show_all=False, address=None, ray_options=None, max_restarts=0, max_failures=0,
-                 grace=5.0, poll=0.25, watch=None):
+                 grace=5.0, poll=0.25, watch=None, min_workers=None, grace_for_places=300.0):
         self.max_restarts = _restarts_asked(max_restarts, max_failures)
+        self.min_workers, self.grace_for_places = min_workers, grace_for_places
+        self._node_ids: dict = {}
+        if min_workers is not None and as_int(ps, "ps", minimum=0):
+            raise ArgumentTypeError(
+                "`min_workers` on Ray applies to multi-worker jobs: a parameter-server job's "
+                "coordinator already goes on without a lost worker within the job, and cannot "
+                "go on without its ps tasks. Drop min_workers, or ps.")
         self.ray = _import_ray()
         self.timeout = float(timeout)
         self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
@@ -443,12 +497,51 @@ class RayLauncher:
             self.ray.shutdown()
         return False
 
-    def job(self, attempt: int, deadline: Deadline) -> RayJob:
-        """Attempt ``attempt``: its tasks planned and one actor asked for per task."""
+    def job(self, attempt: int, deadline: Deadline, places=None) -> RayJob:
+        """Attempt ``attempt``: its tasks planned and one actor asked for per task (with
+        ``places``, an elastic job's nodes, one on each of the first of them)."""
         target, workers, ps, chief, args, python, rscript = self.job_args
+        nodes = None
+        if places is not None:
+            nodes = [self._node_ids[p] for p in places[:self.trainers(places)]]
+            workers = len(nodes) - int(bool(chief))
         roles, argv, call_bytes = _plan(target, workers, ps, chief, args, python, rscript)
         env = dict(self.env or {}, **{ATTEMPT_ENV: str(attempt)})
         return RayJob(self.ray, roles, as_int(ps, "ps", minimum=0) > 0,
                       {"num_cpus": 1, **(self.ray_options or {})}, self.relay, self.grace,
                       start=dict(argv=argv, call_bytes=call_bytes, env=env, python=python,
-                                 cwd=self.cwd, deadline=deadline), poll=self.poll)
+                                 cwd=self.cwd, deadline=deadline), poll=self.poll, nodes=nodes)
+
+    # -- nodes that come and go (engines/elastic) -------------------------------------------
+    def places(self) -> list:
+        """The alive Ray nodes with a CPU, this process's first, as ``address:port`` of their
+        raylet, when the job is elastic (``min_workers``); else none: Ray places the tasks."""
+        if self.min_workers is None:
+            return []
+        here = self.ray.get_runtime_context().get_node_id()
+        nodes = [n for n in self.ray.nodes()
+                 if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1]
+        nodes.sort(key=lambda n: n["NodeID"] != here)
+        named = {f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}": n["NodeID"] for n in nodes}
+        self._node_ids.update(named)
+        return list(named)
+
+    def trainers(self, places) -> int:
+        """Workers the job runs on ``places``: one a node, at most ``workers``."""
+        _, workers, _, chief = self.job_args[:4]
+        return min(len(places), as_int(workers, "workers", minimum=1) + int(bool(chief)))
+
+    def probe(self, places, active) -> dict:
+        """``{node: None if it answers, else why not}``: Ray lists it alive and its raylet
+        accepts a connection (Ray's own health check takes seconds to see a node gone)."""
+        alive = {n["NodeID"]: n.get("Alive") for n in self.ray.nodes()}
+        found = {}
+        for place in places:
+            node = self._node_ids.get(place)
+            if node not in alive:
+                found[place] = "Ray no longer lists it"
+            elif not alive[node]:
+                found[place] = "Ray says it is dead"
+            else:
+                found[place] = _raylet_silent(place)
+        return found

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from ..._args import as_int
-from ...errors import LaunchError, LaunchTimeoutError
+from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
 from ...cluster.from_slurm import layout
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
 from ..output import Relay, error_summary, how_it_ended
@@ -144,6 +144,12 @@ class SlurmJob:
         if self.on_output is not None:
             self.on_output(f"[launch] submitted SLURM job {self.job_id} ({len(self.roles)} tasks)")
 
+    def preempt(self) -> None:
+        """Tell every task to stop at its next backup: SIGTERM to the job's steps, as SLURM's
+        own preemption notice (``fit(backup_dir=...)`` backs up there and exits with 75)."""
+        if self.job_id is not None:
+            _slurm(["scancel", "--signal=TERM", self.job_id])
+
     def stop(self) -> None:
         """Cancel the job unless it finished; remove its directory (unless kept)."""
         if self.job_id is None:
@@ -220,9 +226,13 @@ class SlurmJob:
         if all(rc == 0 for rc in rcs):
             return True
         missing = [self.names[i] for i, rc in enumerate(rcs) if rc is None]
+        said = _job_end(self.job_id, self.jobdir)
+        # A task that never ran (a node SLURM could not reach, its step killed) is a task's
+        # failure too: the restart policy (and an elastic job's probes) decide what follows.
         raise LaunchError(f"SLURM job {self.job_id} ended before task(s) {', '.join(missing)} "
-                          f"reported an exit code. {_job_end(self.job_id, self.jobdir)}",
-                          self._results(rcs))
+                          f"reported an exit code. {said}", self._results(rcs),
+                          failure=failure_of(missing[0], 1, said.splitlines(),
+                                             ended="never reported an exit code"))
 
     def _time_out(self, timeout: float):
         rcs = self.codes()
@@ -259,11 +269,20 @@ class SlurmLauncher:
     ``launch(backend="slurm")`` (:func:`launch_slurm`'s) checked once; each attempt a job
     written to a directory of its own, as a :class:`SlurmJob`."""
 
+    place_word = "node"  # what a place of an elastic job is (engines/elastic)
+
     def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, max_restarts=0,
                  env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
                  cwd=None, show_all=False, directory=None, keep_files=False, partition=None,
-                 sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25, watch=None):
+                 sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25, watch=None,
+                 min_workers=None, grace_for_places=300.0):
         self.timeout = float(timeout)
+        self.min_workers, self.grace_for_places = min_workers, grace_for_places
+        if min_workers is not None and as_int(ps, "ps", minimum=0):
+            raise ArgumentTypeError(
+                "`min_workers` on SLURM applies to multi-worker jobs: a parameter-server job's "
+                "coordinator already goes on without a lost worker within the job, and cannot "
+                "go on without its ps tasks. Drop min_workers, or ps.")
         self.max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
         self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
         self.roles = layout(workers, ps, chief)
@@ -287,25 +306,53 @@ class SlurmLauncher:
             return tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=self.base)
         return os.path.join(self.directory, f"attempt-{attempt}") if attempt else self.directory
 
-    def job(self, attempt: int, deadline: Deadline) -> SlurmJob:
-        """Attempt ``attempt``: its batch script written (SLURM's ``--time`` the time left)."""
+    def job(self, attempt: int, deadline: Deadline, places=None) -> SlurmJob:
+        """Attempt ``attempt``: its batch script written (SLURM's ``--time`` the time left);
+        with ``places`` (an elastic job), one worker on each of the first nodes of it."""
         own_dir = self.directory is None
         jobdir = self._jobdir(attempt)
         os.makedirs(jobdir, exist_ok=True)
         target, workers, ps, chief = self.counts
         ps_mode = as_int(ps, "ps", minimum=0) > 0
         env = dict(self.env or {}, **{ATTEMPT_ENV: str(attempt)})
+        options, roles = dict(self.options), self.roles
+        if places is not None:
+            nodes = places[:self.trainers(places)]
+            workers = len(nodes) - int(bool(chief))
+            roles = layout(workers, ps, chief)
+            options["sbatch_args"] = [*_as_list(options["sbatch_args"]), f"--nodes={len(nodes)}",
+                                      "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}"]
         try:
             script_path, is_function = _write_job(
                 target, workers, ps, chief, jobdir=jobdir, base=self.base,
-                timeout=max(1.0, deadline.left()), env=env, **self.options)
+                timeout=max(1.0, deadline.left()), env=env, **options)
         except BaseException:
             if own_dir:
                 shutil.rmtree(jobdir, ignore_errors=True)
             raise
-        return SlurmJob(jobdir, self.roles, ps_mode, self.relay, script_path=script_path,
+        return SlurmJob(jobdir, roles, ps_mode, self.relay, script_path=script_path,
                         is_function=is_function, on_output=self.on_output, poll=self.poll,
                         remove=own_dir and not self.keep_files)
+
+    # -- nodes that come and go (engines/elastic) -------------------------------------------
+    def places(self) -> list:
+        """The nodes of the job's partition (as ``sinfo`` lists them), when the job is elastic
+        (``min_workers``); else none: SLURM itself picks the nodes of each attempt."""
+        if self.min_workers is None:
+            return []
+        return list(_node_states(self.options["partition"]))
+
+    def trainers(self, places) -> int:
+        """Workers the job runs on ``places``: one a node, at most ``workers`` (more nodes are
+        spares, taken when a node is lost)."""
+        _, workers, _, chief = self.counts
+        return min(len(places), as_int(workers, "workers", minimum=1) + int(bool(chief)))
+
+    def probe(self, places, active) -> dict:
+        """``{node: None if SLURM can give it to the job now (idle, or mixed with CPUs free),
+        else what SLURM says of it}``."""
+        states = _node_states(self.options["partition"])
+        return {node: _unusable(states.get(node)) for node in places}
 
 
 def launch_slurm(target, workers=2, ps=0, chief=False, **options) -> LaunchResult:
@@ -341,6 +388,35 @@ def launch_slurm(target, workers=2, ps=0, chief=False, **options) -> LaunchResul
         [0, 0, 0, 0]
     """
     return run(SlurmLauncher(target, workers, ps, chief, **options))
+
+
+def _as_list(args) -> list:
+    return [args] if isinstance(args, str) else list(args or ())
+
+
+def _node_states(partition) -> dict:
+    """``{node: state}`` as ``sinfo`` says (``idle``, ``down*``, ``drained``...), in its order."""
+    argv = ["sinfo", "-h", "-N", "-o", "%N|%T", *(["-p", partition] if partition else [])]
+    done = _slurm(argv)
+    if done.returncode != 0:
+        raise LaunchError(f"sinfo failed: {done.stderr.strip()}", [])
+    states = {}
+    for line in done.stdout.split():
+        node, _, state = line.partition("|")
+        states.setdefault(node, state)
+    return states
+
+
+def _unusable(state) -> str | None:
+    """Why a node in ``state`` cannot take a task now (None: it can). A trailing ``*`` is
+    SLURM's "not responding"; allocated or completing nodes may be freed within the grace."""
+    if state is None:
+        return "SLURM does not list it in the partition"
+    if state.endswith("*"):
+        return f"SLURM says it is {state.rstrip('*')} and not responding"
+    if state in ("idle", "mixed"):
+        return None
+    return f"SLURM says it is {state}"
 
 
 def _mtime(jobdir: str, task: int) -> float:

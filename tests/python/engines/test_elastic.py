@@ -1,0 +1,424 @@
+"""Elastic jobs: a host gone for good shrinks the job, a host that comes back grows it again
+(tfdistributed.engines.elastic), and a lost host is named as such, not called a bug.
+
+The policy is checked first with an engine whose places answer as the test says (fast), then
+for real on the host bed: 3 hosts, min_workers=2, one host's task SIGKILLed and its link taken
+down at a step drawn at random, its link brought back while the job trains on 2.
+"""
+
+import json
+import random
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import tfdistributed as tfd
+from tfdistributed.engines.base import LaunchResult
+from tfdistributed.engines.elastic.membership import Membership, size_for_batch
+from tfdistributed.engines.elastic.policy import Elastic
+from tfdistributed.engines.elastic.probes import largest_group, probe_hosts
+from tfdistributed.engines.output import Relay
+from tfdistributed.engines.restarts import failure_of, run
+from tfdistributed.watch.collector import JobWatch
+
+
+# --- the policy, with places that answer as the test says ---------------------------------------
+
+class Places:
+    """An engine's places: ``down`` do not answer; each attempt's places are recorded."""
+
+    def __init__(self, names=("h0", "h1", "h2"), per_place=1, down=()):
+        self.names, self.per_place, self.down = list(names), per_place, set(down)
+        self.ran_on = []
+
+    def places(self):
+        return list(self.names)
+
+    def trainers(self, places):
+        return self.per_place * len([p for p in places if p in self.names])
+
+    def probe(self, places, active):
+        return {p: ("its link is down" if p in self.down else None) for p in places}
+
+
+def elastic(places, min_workers, grace=0.2, watch=None):
+    relay = Relay(echo=False, watch=watch or JobWatch(display=None, stall_warning=None))
+    return Elastic(places, min_workers, grace, relay)
+
+
+def test_sizes_a_global_batch_splits_over():
+    assert size_for_batch(3, 2, 96, 1) == 3
+    assert size_for_batch(3, 2, 64, 1) == 2      # 64 on 3 replicas is uneven: 2 workers
+    assert size_for_batch(3, 3, 64, 1) is None
+    assert size_for_batch(4, 1, 96, 2) == 4 and size_for_batch(3, 1, 32, 2) == 2
+    assert size_for_batch(3, 2, None, None) == 3
+
+
+def test_the_largest_group_of_hosts_that_reach_each_other_goes_on():
+    assert largest_group(["a", "b", "c"], {"a": {"b"}, "b": {"a"}, "c": set()}) == {"a", "b"}
+    # a tie goes to the group of the first host (the chief's, or worker 0's)
+    assert largest_group(["a", "b", "c", "d"], {"a": {"b"}, "b": set(), "c": {"d"},
+                                                 "d": set()}) == {"a", "b"}
+    assert largest_group(["a", "b"], {"a": set(), "b": set()}) == set()
+
+
+def test_membership_loses_and_regains_places_in_the_engines_order():
+    members = Membership(["h0", "h1", "h2"], lambda places: len(places), 2)
+    members.lose(["h1"], {"h1": "down"}, position=12)
+    assert members.active == ["h0", "h2"] and members.lost["h1"]["position"] == 12
+    members.back(["h1"])
+    assert members.active == ["h0", "h1", "h2"] and not members.lost
+    assert members.shrink_to(2) == ["h2"] and members.workers == 2
+
+
+def test_a_lost_place_shrinks_the_job_and_is_announced():
+    places = Places()
+    policy = elastic(places, min_workers=2)
+    assert policy.first() == ["h0", "h1", "h2"]
+    places.down = {"h2"}
+    said = policy.after_failure(0)
+    assert "host h2 is gone (h2: its link is down" in said and "2 worker(s)" in said
+    assert policy.placed() == ["h0", "h1"]
+    assert [c.why for c in policy.members.changes] == ["start", "lost"]
+
+
+def test_below_min_workers_the_job_ends_naming_the_lost_hosts():
+    places = Places()
+    policy = elastic(places, min_workers=3)
+    policy.first()
+    places.down = {"h1"}
+    with pytest.raises(tfd.HostLostError, match=r"host h1 is gone.*its link is down.*needs "
+                                                r"min_workers=3.*not a bug"):
+        policy.after_failure(0)
+
+
+def test_without_min_workers_a_lost_host_ends_the_job_as_a_lost_host():
+    places = Places()
+    policy = elastic(places, min_workers=None)
+    policy.first()
+    places.down = {"h0"}
+    with pytest.raises(tfd.HostLostError, match=r"needs all 3 workers \(no min_workers"):
+        policy.after_failure(0)
+
+
+def test_a_place_down_at_the_start_is_left_out_and_grows_the_job_later():
+    places = Places(down={"h1"})
+    policy = elastic(places, min_workers=2)
+    assert policy.first() == ["h0", "h2"]
+    assert policy.members.changes[0].places == ["h1"]
+    places.down = set()
+    said = policy.after_planned_stop(0)
+    assert "h1 answers again: the job grows to 3 worker(s)" in said
+    assert policy.placed() == ["h0", "h1", "h2"]
+
+
+def test_a_shrink_keeps_the_global_batch_splitting_evenly():
+    watch = JobWatch(display=None, stall_warning=None)
+    watch.record("worker 0", {"kind": "begin", "examples_per_step": 64, "replicas": 4})
+    places = Places(names=("h0", "h1", "h2", "h3"))
+    policy = elastic(places, min_workers=1, watch=watch)
+    policy.first()
+    places.down = {"h3"}
+    said = policy.after_failure(0)   # 64 does not split over 3: 2 workers
+    assert "2 worker(s) (leaving out h2 so that the global batch splits evenly)" in said
+
+
+def test_a_lost_place_that_answers_while_the_job_trains_stops_it_at_its_next_backup():
+    watch = JobWatch(display=None, stall_warning=None)
+    places = Places()
+    policy = elastic(places, min_workers=2, watch=watch)
+    policy.first()
+    places.down = {"h2"}
+    policy.after_failure(0)
+    watch.new_attempt(1)
+    watch.record("worker 0", {"kind": "backup", "position": 10})
+    places.down = set()
+
+    class Job:
+        preempted = threading.Event()
+
+        def preempt(self):
+            self.preempted.set()
+
+    job = Job()
+    with policy.watching(job):
+        assert job.preempted.wait(10)
+    assert policy.grow_asked
+    assert any("stops at its next backup and grows to 3" in line for line in watch.due())
+
+
+class FakeLauncher(Places):
+    """An engine whose attempts fail or succeed as the test says (no process)."""
+
+    def __init__(self, outcomes, **kwargs):
+        super().__init__(**kwargs)
+        self.outcomes, self.timeout, self.max_restarts = list(outcomes), 60.0, 0
+        self.relay = Relay(echo=False, watch=JobWatch(display=None, stall_warning=None))
+        self.min_workers, self.grace_for_places = 2, 0.2
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def job(self, attempt, deadline, places=None):
+        self.ran_on.append(list(places))
+        outcome, launcher = self.outcomes.pop(0), self
+
+        class Job:
+            def start(self):
+                pass
+
+            def wait(self, deadline):
+                if outcome != "ok":
+                    launcher.down |= {outcome}
+                    raise tfd.LaunchError("lost", [], failure=failure_of("worker 2", -9, []))
+
+            def results(self):
+                return LaunchResult(cluster={}, tasks=[], seconds=0.0)
+
+            def stop(self):
+                pass
+
+        return Job()
+
+
+def test_a_membership_restart_does_not_spend_max_restarts():
+    launcher = FakeLauncher(["h2", "ok"])
+    result = run(launcher)   # max_restarts=0, yet it goes on without h2
+    assert launcher.ran_on == [["h0", "h1", "h2"], ["h0", "h1"]]
+    assert [s["workers"] for s in result.sizes] == [3, 2] and result.attempts[0]["resized"]
+
+
+# --- arguments ---------------------------------------------------------------------------------
+
+def test_min_workers_needs_places_that_can_be_lost(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("pass\n")
+    with pytest.raises(tfd.ArgumentTypeError, match="runs on this machine only"):
+        tfd.launch(str(script), workers=2, min_workers=1, echo=False)
+    with pytest.raises(tfd.ArgumentTypeError, match="min_workers"):
+        tfd.launch(str(script), workers=2, min_workers=1.5, echo=False)
+
+
+def test_probes_run_the_start_command_and_try_the_other_hosts(tmp_path):
+    import portpicker
+
+    closed = portpicker.pick_unused_port()   # nothing listens: "refused" is an answer
+    answers = probe_hosts({"a": [], "b": ["false"]}, {"a": "127.0.0.1:1", "b": f"127.0.0.1:{closed}"})
+    assert answers["a"] is None
+    assert answers["b"].startswith("its start command failed (status 1")
+
+
+# --- for real, on the host bed ------------------------------------------------------------------
+
+SCRIPT = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "scripts" / "elastic_job.py")
+EPOCHS, BATCH, EXAMPLES, SAVE_FREQ = 6, 96, 1344, 6   # 14 steps an epoch, 84 in all
+
+
+@pytest.fixture(scope="module")
+def bed3():
+    from tfdistributed.testbeds import hostbed
+
+    try:
+        built = hostbed.HostBed(3).up()
+    except hostbed.HostBedError as e:
+        pytest.fail(f"The test bed of hosts could not be built: {e}", pytrace=False)
+    yield built
+    built.down()
+
+
+def read(outdir, task):
+    with open(outdir / f"{task}.json") as f:
+        out = json.load(f)
+    with np.load(outdir / f"{task}.npz") as w:
+        out["weights"] = [w[k] for k in sorted(w.files, key=lambda k: int(k.split("_")[1]))]
+    return out
+
+
+def assert_ends_as_one_job_of_3(outdir, result):
+    """The last attempt's 3 workers end with the same weights; every epoch once in the
+    history the driver printed."""
+    reports = [read(outdir, f"worker-{i}") for i in range(3)]
+    assert {r["attempt"] for r in reports} == {2}
+    for other in reports[1:]:
+        for a, b in zip(reports[0]["weights"], other["weights"]):
+            np.testing.assert_array_equal(a, b)
+    assert len(result["history"]["loss"]) == EPOCHS
+
+
+def one_device_accuracy():
+    import keras
+
+    from models import digits_model
+
+    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    tfd.fit(model, x[:EXAMPLES], y[:EXAMPLES], epochs=EPOCHS, batch_size=BATCH, shuffle=False,
+            verbose=0)
+    accuracy = tfd.evaluate(model, xt, yt, verbose=0)["accuracy"]
+    keras.backend.clear_session()
+    return model, accuracy
+
+
+def accuracy_of(weights):
+    from models import digits_model
+
+    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
+    model.set_weights(weights)
+    _, (xt, yt) = tfd.digits_arrays()
+    return tfd.evaluate(model, xt, yt, verbose=0)["accuracy"]
+
+
+@pytest.mark.cluster
+def test_a_host_lost_for_good_shrinks_the_job_and_its_return_grows_it(bed3, tmp_path):
+    lose_at = random.Random().randrange(SAVE_FREQ + 1, 3 * 14)
+    lost = bed3.hosts[2]
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    gone, lines = threading.Event(), []
+
+    def on_output(line):
+        lines.append(line)
+        if "is gone" in line:
+            gone.set()
+        if gone.is_set() and line.startswith("[tfdistributed] epoch"):
+            # The job trains on 2 workers: the host comes back (its link up again).
+            subprocess.run(["ip", "-n", lost.name, "link", "set", "eth0", "up"], check=True,
+                           timeout=20)
+
+    result = tfd.launch(SCRIPT, cluster=bed3.cluster(3), hosts=bed3.launch_hosts(),
+                        min_workers=2, join_timeout=15, timeout=600, on_output=on_output,
+                        echo=False, args=[str(outdir), "--backup", str(tmp_path / "backup"),
+                                          "--epochs", str(EPOCHS), "--batch", str(BATCH),
+                                          "--examples", str(EXAMPLES), "--save-freq",
+                                          str(SAVE_FREQ), "--lose-at", str(lose_at),
+                                          "--step-seconds", "0.15"])
+    sizes = [(s["workers"], s["why"], s["places"]) for s in result.sizes]
+    assert sizes == [(3, "start", []), (2, "lost", [lost.address]), (3, "back", [lost.address])], \
+        (lose_at, lines[-40:])
+    assert result.sizes[1]["position"] <= lose_at < result.sizes[1]["position"] + SAVE_FREQ + 1
+    said = "\n".join(lines)
+    assert f"host {lost.address} is gone" in said and "its network is down" in said
+    assert "not counted in max_restarts" in said and "a bug" not in said
+    assert " - 2 of 3 workers" in said   # the progress display while it runs on 2
+    # The last attempt's 3 workers end with the same weights, as accurate as one device.
+    reports = [read(outdir, f"worker-{i}") for i in range(3)]
+    assert {r["attempt"] for r in reports} == {2} and {r["workers"] for r in reports} == {3}
+    for other in reports[1:]:
+        for a, b in zip(reports[0]["weights"], other["weights"]):
+            np.testing.assert_array_equal(a, b)
+    assert reports[0]["steps"] == EPOCHS * EXAMPLES // BATCH
+    _, reference = one_device_accuracy()
+    assert abs(accuracy_of(reports[0]["weights"]) - reference) <= 0.03, lose_at
+    # Every epoch once in the history; the job trained 2 + 1 attempts, 0 counted restarts.
+    assert len(result.history["loss"]) == EPOCHS and result.restarts == 2
+
+
+@pytest.mark.cluster
+def test_a_lost_host_is_named_as_such_not_a_bug_and_ends_a_job_that_needs_it(bed3, tmp_path):
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    lost = bed3.hosts[1]
+    try:
+        with pytest.raises(tfd.HostLostError) as caught:
+            tfd.launch(SCRIPT, cluster=bed3.cluster(2), hosts=bed3.launch_hosts(),
+                       max_restarts=4, join_timeout=8, timeout=300, echo=False,
+                       args=[str(outdir), "--backup", str(tmp_path / "backup"), "--lose",
+                             "1", "--lose-at", "3", "--batch", "64", "--examples", "640"])
+    finally:
+        subprocess.run(["ip", "-n", lost.name, "link", "set", "eth0", "up"], timeout=20)
+    message = str(caught.value)
+    assert f"host {lost.address} is gone" in message and "its network is down" in message
+    assert "needs all 2 workers (no min_workers" in message and "not a bug" in message
+    assert "worker 1 was killed by signal 9" in message
+    assert len(caught.value.attempts) == 1   # not four restarts waiting for it
+
+
+@pytest.fixture(scope="module")
+def slurm3(bed3):
+    """A SLURM node on each of the 3 hosts (slurmctld on the first)."""
+    from tfdistributed.testbeds.slurm import LocalSlurm
+
+    slurm = LocalSlurm(cpus=2, hosts=bed3.hosts)
+    try:
+        slurm.start()
+    except Exception as e:  # noqa: BLE001  (any reason must reach the report)
+        pytest.fail(f"The 3-node SLURM cluster did not start: {e}", pytrace=False)
+    yield slurm
+    slurm.stop()
+
+
+def bring_back_when_asked(flag, host, slurm, node, done):
+    """The driver runs inside the bed: the test brings the lost node back for it (its link up,
+    its slurmd started again, as a node that rebooted)."""
+    import os
+    import time
+
+    while not done.is_set():
+        if os.path.exists(flag):
+            subprocess.run(["ip", "-n", host.name, "link", "set", "eth0", "up"], timeout=20)
+            slurm.reboot_node(node)
+            done.wait()  # the new slurmd lives as long as the thread that started it
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.cluster
+def test_on_slurm_a_node_lost_for_good_shrinks_the_job_and_its_return_grows_it(bed3, slurm3,
+                                                                            tmp_path):
+    import sys
+
+    lose_at = random.Random().randrange(SAVE_FREQ + 1, 2 * 14)
+    flag, done = str(tmp_path / "link-up"), threading.Event()
+    helper = threading.Thread(target=bring_back_when_asked,
+                              args=(flag, bed3.hosts[2], slurm3, "h2", done), daemon=True)
+    helper.start()
+    driver = str(__import__("pathlib").Path(SCRIPT).with_name("elastic_slurm_driver.py"))
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    try:
+        run = slurm3.run([sys.executable, driver, str(outdir), str(tmp_path / "backup"),
+                          str(lose_at), flag, "--", "--epochs", str(EPOCHS), "--batch",
+                          str(BATCH), "--examples", str(EXAMPLES), "--save-freq", str(SAVE_FREQ),
+                          "--step-seconds", "0.3"], timeout=700, check=False)
+    finally:
+        done.set()
+        helper.join(timeout=60)
+        subprocess.run(["ip", "-n", bed3.hosts[2].name, "link", "set", "eth0", "up"], timeout=20)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    sizes = [(s["workers"], s["why"], s["places"]) for s in result["sizes"]]
+    assert sizes == [(3, "start", []), (2, "lost", ["h2"]), (3, "back", ["h2"])], \
+        (lose_at, "\n".join(result["lines"]))
+    said = "\n".join(result["lines"])
+    assert "node h2 is gone" in said and "SLURM says it is" in said
+    assert_ends_as_one_job_of_3(outdir, result)
+
+
+@pytest.mark.cluster
+def test_on_ray_a_node_lost_shrinks_the_job_and_a_node_that_joins_grows_it(tmp_path):
+    """A local Ray cluster of 3 one-CPU nodes (Ray's own cluster_utils, in a process of its own
+    beside this session's Ray): one node's raylet killed at a random step, a new node added."""
+    import sys
+
+    lose_at = random.Random().randrange(SAVE_FREQ + 1, 2 * 14)
+    driver = str(__import__("pathlib").Path(SCRIPT).with_name("elastic_ray_driver.py"))
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    run = subprocess.run([sys.executable, driver, str(outdir), str(tmp_path / "backup"),
+                          str(lose_at), "--", "--epochs", str(EPOCHS), "--batch", str(BATCH),
+                          "--examples", str(EXAMPLES), "--save-freq", str(SAVE_FREQ),
+                          "--step-seconds", "0.3"], capture_output=True, text=True, timeout=700)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    sizes = [(s["workers"], s["why"]) for s in result["sizes"]]
+    assert sizes == [(3, "start"), (2, "lost"), (3, "joined")], (lose_at, "\n".join(result["lines"]))
+    lost, joined = result["sizes"][1]["places"], result["sizes"][2]["places"]
+    assert len(lost) == len(joined) == 1 and lost != joined
+    said = "\n".join(result["lines"])
+    assert f"node {lost[0]} is gone" in said and f"node {joined[0]} joined the cluster" in said
+    assert_ends_as_one_job_of_3(outdir, result)
