@@ -5,7 +5,8 @@
     .venv/bin/python bench/run.py --only 6 --out bench/results-generator   # one group only
 
 Group 9, across hosts, is bench/hosts.py (root only), group 10, self-healing, is
-bench/healing.py, group 11, watching a job, is bench/watching.py, and group 12, gradient packs
+bench/healing.py, 10b, hosts that come and go, is bench/elastic.py (root only), group 11,
+watching a job, is bench/watching.py, and group 12, gradient packs
 overlapping the backward pass across hosts, is bench/overlap.py (root only): each has its own
 rounds and report (bench/results-<name>[-quick].md), so each runs once, as its own process,
 after the other groups, and this report says where its results went or why it failed.
@@ -41,11 +42,13 @@ R_GENERATOR = HERE / "r_generator.R"
 RESULT_TAG = "BENCH_RESULT"
 HOSTS_GROUP = "9. Across hosts (bench/hosts.py)"
 HEALING_GROUP = "10. Self-healing (bench/healing.py)"
+ELASTIC_GROUP = "10b. Hosts that come and go (bench/elastic.py)"
 WATCHING_GROUP = "11. Watching a job (bench/watching.py)"
 OVERLAP_GROUP = "12. Packs overlapping the backward pass, across hosts (bench/overlap.py)"
 # Standalone groups: (title, script, report prefix), each run once as its own process.
 STANDALONE = ((HOSTS_GROUP, "hosts.py", "results-hosts"),
               (HEALING_GROUP, "healing.py", "results-healing"),
+              (ELASTIC_GROUP, "elastic.py", "results-elastic"),
               (WATCHING_GROUP, "watching.py", "results-watching"),
               (OVERLAP_GROUP, "overlap.py", "results-overlap"))
 

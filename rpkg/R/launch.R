@@ -84,7 +84,8 @@
 #'   lines, `$seconds` the wall time, `$cluster` the cluster; `$restarts` the
 #'   number of restarts and `$attempts` a data frame with one row per attempt
 #'   (`attempt`, the failed `task`, how it `ended`, its `error` line,
-#'   `preempted`; `NA` for the attempt that succeeded). Tasks, output and
+#'   `preempted`, and `resized` when it ended because the hosts of an elastic
+#'   job changed; `NA` for the attempt that succeeded). Tasks, output and
 #'   cluster are those of the last attempt. `$sizes` is a data frame with
 #'   one row per size an elastic job (`min_workers`) ran at: `attempt`,
 #'   `workers`, `wanted`, `why` (`"start"`, `"lost"`, `"back"`), `places` (the
@@ -249,9 +250,12 @@ attempts_frame <- function(attempts) {
   field <- function(name, type) {
     vapply(attempts, function(a) if (is.null(a[[name]])) type[NA_integer_] else a[[name]], type)
   }
-  data.frame(attempt = field("attempt", integer(1)), task = field("task", character(1)),
-             ended = field("ended", character(1)), error = field("error", character(1)),
-             preempted = field("preempted", logical(1)), stringsAsFactors = FALSE)
+  frame <- data.frame(attempt = field("attempt", integer(1)), task = field("task", character(1)),
+                      ended = field("ended", character(1)), error = field("error", character(1)),
+                      preempted = field("preempted", logical(1)), stringsAsFactors = FALSE)
+  # Restarts that changed the hosts of an elastic job (min_workers), not counted in max_restarts.
+  frame$resized <- vapply(attempts, function(a) isTRUE(a$resized), logical(1))
+  frame
 }
 
 # One row per size of an elastic job; `places` joins the hosts or nodes that left or came.
@@ -289,8 +293,9 @@ print.tfdistributed_launch <- function(x, ...) {
               if (nrow(x$tasks) == 1) "" else "s", x$seconds, restarts))
   failed <- x$attempts[!is.na(x$attempts$task), , drop = FALSE]
   for (i in seq_len(nrow(failed))) {
+    why <- if (isTRUE(failed$resized[[i]])) " (the hosts changed)" else ""
     cat(sprintf("  attempt %d: %s %s%s\n", failed$attempt[[i]] + 1L, failed$task[[i]],
-                failed$ended[[i]], if (isTRUE(failed$preempted[[i]])) " (preempted)" else ""))
+                failed$ended[[i]], why))
   }
   for (i in seq_len(nrow(x$tasks))) {
     cat(sprintf("  %s %d: exit %d\n", x$tasks$task_type[[i]], x$tasks$task_index[[i]],

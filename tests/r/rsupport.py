@@ -26,11 +26,18 @@ def r_env() -> dict:
 def ensure_r_package_installed() -> None:
     """Reinstall rpkg into .rlib when its files changed (scripts/setup.sh keeps the same stamp),
     so `pytest tests/r` never tests a stale installed copy."""
+    import fcntl
+
     stamp = ROOT / ".setup" / "rpkg.hash"
-    current = subprocess.run(
-        "find rpkg -type f -not -path '*/tests/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum"
-        " | cut -d' ' -f1", shell=True, cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    if stamp.exists() and stamp.read_text().strip() == current:
-        return
-    subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True,
-                   env={**os.environ, "R_LIBS": str(ROOT / ".rlib")})
+    stamp.parent.mkdir(exist_ok=True)
+    # pytest-xdist's workers may get here at once: one installs, the others wait and see it done.
+    with open(ROOT / ".setup" / "rpkg.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = subprocess.run(
+            "find rpkg -type f -not -path '*/tests/*' -print0 | sort -z | xargs -0 sha256sum "
+            "| sha256sum | cut -d' ' -f1", shell=True, cwd=ROOT, capture_output=True, text=True,
+            check=True).stdout.strip()
+        if stamp.exists() and stamp.read_text().strip() == current:
+            return
+        subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True,
+                       env={**os.environ, "R_LIBS": str(ROOT / ".rlib")})

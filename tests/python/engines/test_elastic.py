@@ -6,7 +6,6 @@ for real on the host bed: 3 hosts, min_workers=2, one host's task SIGKILLed and 
 down at a step drawn at random, its link brought back while the job trains on 2.
 """
 
-import json
 import random
 import subprocess
 import threading
@@ -22,6 +21,9 @@ from tfdistributed.engines.elastic.probes import largest_group, probe_hosts
 from tfdistributed.engines.output import Relay
 from tfdistributed.engines.restarts import failure_of, run
 from tfdistributed.watch.collector import JobWatch
+
+from elasticsupport import (BATCH, EPOCHS, EXAMPLES, SAVE_FREQ, SCRIPT, accuracy_of, build_bed3,
+                            one_device_accuracy, read)
 
 
 # --- the policy, with places that answer as the test says ---------------------------------------
@@ -215,62 +217,14 @@ def test_probes_run_the_start_command_and_try_the_other_hosts(tmp_path):
 
 # --- for real, on the host bed ------------------------------------------------------------------
 
-SCRIPT = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "scripts" / "elastic_job.py")
-EPOCHS, BATCH, EXAMPLES, SAVE_FREQ = 6, 96, 1344, 6   # 14 steps an epoch, 84 in all
 
 
 @pytest.fixture(scope="module")
 def bed3():
-    from tfdistributed.testbeds import hostbed
-
-    try:
-        built = hostbed.HostBed(3).up()
-    except hostbed.HostBedError as e:
-        pytest.fail(f"The test bed of hosts could not be built: {e}", pytrace=False)
+    """Three hosts, 10.77.0.2 to 10.77.0.4, on a bed of their own."""
+    built = build_bed3()
     yield built
     built.down()
-
-
-def read(outdir, task):
-    with open(outdir / f"{task}.json") as f:
-        out = json.load(f)
-    with np.load(outdir / f"{task}.npz") as w:
-        out["weights"] = [w[k] for k in sorted(w.files, key=lambda k: int(k.split("_")[1]))]
-    return out
-
-
-def assert_ends_as_one_job_of_3(outdir, result):
-    """The last attempt's 3 workers end with the same weights; every epoch once in the
-    history the driver printed."""
-    reports = [read(outdir, f"worker-{i}") for i in range(3)]
-    assert {r["attempt"] for r in reports} == {2}
-    for other in reports[1:]:
-        for a, b in zip(reports[0]["weights"], other["weights"]):
-            np.testing.assert_array_equal(a, b)
-    assert len(result["history"]["loss"]) == EPOCHS
-
-
-def one_device_accuracy():
-    import keras
-
-    from models import digits_model
-
-    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
-    (x, y), (xt, yt) = tfd.digits_arrays()
-    tfd.fit(model, x[:EXAMPLES], y[:EXAMPLES], epochs=EPOCHS, batch_size=BATCH, shuffle=False,
-            verbose=0)
-    accuracy = tfd.evaluate(model, xt, yt, verbose=0)["accuracy"]
-    keras.backend.clear_session()
-    return model, accuracy
-
-
-def accuracy_of(weights):
-    from models import digits_model
-
-    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
-    model.set_weights(weights)
-    _, (xt, yt) = tfd.digits_arrays()
-    return tfd.evaluate(model, xt, yt, verbose=0)["accuracy"]
 
 
 @pytest.mark.cluster
@@ -336,89 +290,3 @@ def test_a_lost_host_is_named_as_such_not_a_bug_and_ends_a_job_that_needs_it(bed
     assert "needs all 2 workers (no min_workers" in message and "not a bug" in message
     assert "worker 1 was killed by signal 9" in message
     assert len(caught.value.attempts) == 1   # not four restarts waiting for it
-
-
-@pytest.fixture(scope="module")
-def slurm3(bed3):
-    """A SLURM node on each of the 3 hosts (slurmctld on the first)."""
-    from tfdistributed.testbeds.slurm import LocalSlurm
-
-    slurm = LocalSlurm(cpus=2, hosts=bed3.hosts)
-    try:
-        slurm.start()
-    except Exception as e:  # noqa: BLE001  (any reason must reach the report)
-        pytest.fail(f"The 3-node SLURM cluster did not start: {e}", pytrace=False)
-    yield slurm
-    slurm.stop()
-
-
-def bring_back_when_asked(flag, host, slurm, node, done):
-    """The driver runs inside the bed: the test brings the lost node back for it (its link up,
-    its slurmd started again, as a node that rebooted)."""
-    import os
-    import time
-
-    while not done.is_set():
-        if os.path.exists(flag):
-            subprocess.run(["ip", "-n", host.name, "link", "set", "eth0", "up"], timeout=20)
-            slurm.reboot_node(node)
-            done.wait()  # the new slurmd lives as long as the thread that started it
-            return
-        time.sleep(0.2)
-
-
-@pytest.mark.cluster
-def test_on_slurm_a_node_lost_for_good_shrinks_the_job_and_its_return_grows_it(bed3, slurm3,
-                                                                            tmp_path):
-    import sys
-
-    lose_at = random.Random().randrange(SAVE_FREQ + 1, 2 * 14)
-    flag, done = str(tmp_path / "link-up"), threading.Event()
-    helper = threading.Thread(target=bring_back_when_asked,
-                              args=(flag, bed3.hosts[2], slurm3, "h2", done), daemon=True)
-    helper.start()
-    driver = str(__import__("pathlib").Path(SCRIPT).with_name("elastic_slurm_driver.py"))
-    outdir = tmp_path / "out"
-    outdir.mkdir()
-    try:
-        run = slurm3.run([sys.executable, driver, str(outdir), str(tmp_path / "backup"),
-                          str(lose_at), flag, "--", "--epochs", str(EPOCHS), "--batch",
-                          str(BATCH), "--examples", str(EXAMPLES), "--save-freq", str(SAVE_FREQ),
-                          "--step-seconds", "0.3"], timeout=700, check=False)
-    finally:
-        done.set()
-        helper.join(timeout=60)
-        subprocess.run(["ip", "-n", bed3.hosts[2].name, "link", "set", "eth0", "up"], timeout=20)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    sizes = [(s["workers"], s["why"], s["places"]) for s in result["sizes"]]
-    assert sizes == [(3, "start", []), (2, "lost", ["h2"]), (3, "back", ["h2"])], \
-        (lose_at, "\n".join(result["lines"]))
-    said = "\n".join(result["lines"])
-    assert "node h2 is gone" in said and "SLURM says it is" in said
-    assert_ends_as_one_job_of_3(outdir, result)
-
-
-@pytest.mark.cluster
-def test_on_ray_a_node_lost_shrinks_the_job_and_a_node_that_joins_grows_it(tmp_path):
-    """A local Ray cluster of 3 one-CPU nodes (Ray's own cluster_utils, in a process of its own
-    beside this session's Ray): one node's raylet killed at a random step, a new node added."""
-    import sys
-
-    lose_at = random.Random().randrange(SAVE_FREQ + 1, 2 * 14)
-    driver = str(__import__("pathlib").Path(SCRIPT).with_name("elastic_ray_driver.py"))
-    outdir = tmp_path / "out"
-    outdir.mkdir()
-    run = subprocess.run([sys.executable, driver, str(outdir), str(tmp_path / "backup"),
-                          str(lose_at), "--", "--epochs", str(EPOCHS), "--batch", str(BATCH),
-                          "--examples", str(EXAMPLES), "--save-freq", str(SAVE_FREQ),
-                          "--step-seconds", "0.3"], capture_output=True, text=True, timeout=700)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    sizes = [(s["workers"], s["why"]) for s in result["sizes"]]
-    assert sizes == [(3, "start"), (2, "lost"), (3, "joined")], (lose_at, "\n".join(result["lines"]))
-    lost, joined = result["sizes"][1]["places"], result["sizes"][2]["places"]
-    assert len(lost) == len(joined) == 1 and lost != joined
-    said = "\n".join(result["lines"])
-    assert f"node {lost[0]} is gone" in said and f"node {joined[0]} joined the cluster" in said
-    assert_ends_as_one_job_of_3(outdir, result)
