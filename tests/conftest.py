@@ -24,17 +24,6 @@ def pytest_configure(config):
     tfdistributed.configure_cpu_devices(NUM_CPU_DEVICES)
 
 
-# First: pytest-xdist's worker turns the marks into groups in the same hook.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test``: ``-n 3 --dist loadgroup``), each test file runs whole
-    on one worker, so its module-scoped clusters are built once; files that share a costly
-    session fixture name one ``xdist_group`` and run on the same worker."""
-    for item in items:
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
 @pytest.fixture(scope="session")
 def digits():
     import tfdistributed

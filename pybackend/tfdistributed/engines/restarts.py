@@ -93,7 +93,7 @@ def _next_places(elastic, restarts, error: LaunchError):
     if elastic is None:
         restarts.failed(error)
         return None
-    if elastic.grow_asked and error.failure.get("preempted"):
+    if elastic.planned(error.failure):
         restarts.resized(error, elastic.after_planned_stop(restarts.attempt))
         return elastic.placed()
     if restarts.left() or elastic.elastic:

@@ -127,6 +127,31 @@ def test_a_shrink_keeps_the_global_batch_splitting_evenly():
     assert "2 worker(s) (leaving out h2 so that the global batch splits evenly)" in said
 
 
+def test_places_left_out_for_the_batch_come_back_with_a_lost_one():
+    watch = JobWatch(display=None, stall_warning=None)
+    watch.record("worker 0", {"kind": "begin", "examples_per_step": 64, "replicas": 4})
+    places = Places(names=("h0", "h1", "h2", "h3"))
+    policy = elastic(places, min_workers=1, watch=watch)
+    policy.first()
+    places.down = {"h3"}
+    policy.after_failure(0)
+    assert policy.placed() == ["h0", "h1"] and policy.members.spare == ["h2"]
+    policy.attempt_workers = 2
+    watch.record("worker 0", {"kind": "begin", "examples_per_step": 64, "replicas": 2})
+    places.down = set()
+    assert "grows to 4 worker(s)" in policy.after_planned_stop(1)
+    assert policy.placed() == ["h0", "h1", "h2", "h3"]
+
+
+def test_a_stop_to_grow_is_planned_whether_the_task_backed_up_or_met_the_notice_outside_fit():
+    policy = elastic(Places(), min_workers=2)
+    killed = {"ended": "was killed by signal 15", "preempted": False}
+    assert not policy.planned(killed)
+    policy.grow_asked = True
+    assert policy.planned(killed) and policy.planned({"ended": "x", "preempted": True})
+    assert not policy.planned({"ended": "was killed by signal 9", "preempted": False})
+
+
 def test_a_lost_place_that_answers_while_the_job_trains_stops_it_at_its_next_backup():
     watch = JobWatch(display=None, stall_warning=None)
     places = Places()

@@ -58,6 +58,7 @@ class Membership:
         self.active = list(self.places)
         self.lost: dict = {}   # place -> {"since": monotonic, "position": step or None, "why"}
         self.joined: set = set()  # places that came after the start (a node added)
+        self.spare: list = []     # places left out so that the global batch splits evenly
         self.started = time.monotonic()
         self.changes: list[SizeChange] = []
 
@@ -75,10 +76,12 @@ class Membership:
                                          "why": why.get(place) or "no answer"})
 
     def back(self, places: list) -> None:
-        """``places`` answer again: the next attempt runs on them too (in the engine's order)."""
+        """``places`` answer again: the next attempt runs on them too (in the engine's order),
+        and on the places left out for the batch's sake (the batch check comes after)."""
         for place in places:
             self.lost.pop(place, None)
-        wanted = set(self.active) | set(places)
+        wanted = set(self.active) | set(places) | set(self.spare)
+        self.spare = []
         self.active = [p for p in self.places if p in wanted]
 
     def shrink_to(self, workers: int) -> list:
@@ -87,6 +90,7 @@ class Membership:
         dropped = []
         while self.trainers(self.active) > workers and len(self.active) > 1:
             dropped.append(self.active.pop())
+        self.spare += dropped
         return dropped
 
     def record(self, attempt: int, why: str, places: list, position=None) -> SizeChange:

@@ -64,8 +64,14 @@ class Elastic:
 
     # -- before an attempt ----------------------------------------------------------------------
     def first(self) -> list:
-        """The places of the first attempt: those that answer (see :meth:`_answering`)."""
-        silent = self._answering(self.members.places)
+        """The places of the first attempt: those that answer now, if they hold at least
+        ``min_workers`` training tasks (the others join later); else those that answer within
+        the grace (:meth:`_answering`)."""
+        silent = self.launcher.probe(self.members.places, self.members.places)
+        silent = {p: w for p, w in silent.items() if w is not None}
+        answering = [p for p in self.members.places if p not in silent]
+        if silent and self.members.trainers(answering) < self.members.min_workers:
+            silent = self._answering(self.members.places)
         if silent:
             self.members.lose(list(silent), silent)
             self._enough(silent, "at the start")
@@ -109,6 +115,13 @@ class Elastic:
                 f"the job goes on with {self.members.workers} worker(s)"
                 f"{self._dropped(dropped)}{self._from_backup(position)}; it grows back when "
                 f"{'they answer' if len(silent) > 1 else 'it answers'} again")
+
+    def planned(self, failure: dict) -> bool:
+        """Whether an attempt that ended with ``failure`` was the job stopping to grow: asked
+        to, and a task stopped at its backup (status 75) or by the notice itself (SIGTERM,
+        outside ``fit``)."""
+        return self.grow_asked and (failure.get("preempted")
+                                    or failure.get("ended") == "was killed by signal 15")
 
     def after_planned_stop(self, attempt: int) -> str:
         """The job stopped at a backup to grow: the places that answer again join it."""
