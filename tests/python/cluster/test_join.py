@@ -133,14 +133,14 @@ def _launch_one_of_two(cluster, join_timeout, **kw):
 JOIN = 21
 
 
-def check_named(error, lines, missing, answer):
+def check_named(output, lines, missing, answer):
     """The missing task named with its address and ``answer`` (a third of the way into the
-    join timeout, JOIN s), then the timeout."""
+    join timeout, JOIN s), then the timeout; ``output`` is worker 0's whole output."""
     notices = [(t, line) for t, line in lines if "[tfdistributed] worker 0 has waited" in line]
     assert notices, "\n".join(line for _, line in lines)[-3000:]
     assert notices[0][0] < 60, notices
     assert all(f"{missing}: " in line and re.search(answer, line) for _, line in notices), notices
-    output = "\n".join(error.results[0].output)
+    output = "\n".join(output)
     assert f"JoinTimeoutError: worker 0 gave up joining the job after {JOIN} s" in output
     assert re.search(f"missing: {re.escape(missing)}: {answer}", output), output[-2000:]
     assert "joined" not in output
@@ -152,12 +152,40 @@ def test_a_peer_that_never_starts_is_named_then_the_join_times_out():
     ports = [portpicker.pick_unused_port() for _ in range(2)]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     error, lines = _launch_one_of_two(cluster, JOIN)
-    check_named(error, lines, f"worker 1 at 127.0.0.1:{ports[1]}", "connection refused")
+    check_named(error.results[0].output, lines, f"worker 1 at 127.0.0.1:{ports[1]}",
+                "connection refused")
+
+
+def _run_by_hand(prefix, cluster, index, join_timeout):
+    """Worker ``index`` of ``cluster`` started as a user would without launch(): TF_CONFIG in
+    its environment, run under ``prefix``; its lines with the seconds they arrived at."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
+                                                 "task": {"type": "worker", "index": index}}))
+    env[join.ENV] = str(join_timeout)
+    start, lines = time.monotonic(), []
+    proc = subprocess.Popen([*prefix, sys.executable, SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        for line in proc.stdout:
+            lines.append((time.monotonic() - start, line.rstrip("\n")))
+            assert time.monotonic() - start < 240, "the lone worker did not end"
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return lines
 
 
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
-def test_a_host_whose_link_is_down_is_named_then_the_join_times_out():
+def test_a_host_whose_link_is_down_is_named_by_the_launcher_and_by_the_join():
+    """launch() probes its hosts before a task starts: an unreachable one ends the job at once,
+    named as a lost host (not a 21 s join that ends in "a bug"). A worker started by hand, with
+    no launcher to probe for it, names the host in its join notices, then times out."""
     import subprocess
 
     from tfdistributed.testbeds import hostbed
@@ -170,10 +198,17 @@ def test_a_host_whose_link_is_down_is_named_then_the_join_times_out():
         down = bed.hosts[1]
         subprocess.run(["ip", "-n", down.name, "link", "set", "eth0", "down"], check=True,
                        timeout=20)
-        error, lines = _launch_one_of_two(bed.cluster(2), JOIN, hosts=bed.launch_hosts())
+        with pytest.raises(tfd.HostLostError) as info:
+            tfd.launch(SCRIPT, cluster=bed.cluster(2), tasks=[("worker", 0)],
+                       join_timeout=JOIN, timeout=240, echo=False, hosts=bed.launch_hosts())
+        lines = _run_by_hand(bed.hosts[0].prefix, bed.cluster(2), 0, JOIN)
     finally:
         bed.down()
-    check_named(error, lines, f"worker 1 at {down.address}:2222", "(no route to host|timed out)")
+    said = str(info.value)
+    assert f"host {down.address} is gone at the start" in said, said
+    assert re.search("network is down|no route", said) and "not a bug" in said, said
+    check_named([line for _, line in lines], lines, f"worker 1 at {down.address}:2222",
+                "(no route to host|timed out)")
 
 
 LIVE = """

@@ -30,6 +30,7 @@ def test_on_ray_a_node_lost_shrinks_the_job_and_a_node_that_joins_grows_it(tmp_p
     assert sizes == [(3, "start"), (2, "lost"), (3, "joined")], (lose_at, "\n".join(result["lines"]))
     lost, joined = result["sizes"][1]["places"], result["sizes"][2]["places"]
     assert len(lost) == len(joined) == 1 and lost != joined
-    said = "\n".join(result["lines"])
-    assert f"node {lost[0]} is gone" in said and f"node {joined[0]} joined the cluster" in said
+    said = "\n".join(result["said"])
+    assert f"node {lost[0]} is gone" in said and f"node {joined[0]} joined the cluster" in said, \
+        said
     assert_ends_as_one_job_of_3(outdir, result)

@@ -77,6 +77,6 @@ def test_on_slurm_a_node_lost_for_good_shrinks_the_job_and_its_return_grows_it(b
     sizes = [(s["workers"], s["why"], s["places"]) for s in result["sizes"]]
     assert sizes == [(3, "start", []), (2, "lost", ["h2"]), (3, "back", ["h2"])], \
         (lose_at, "\n".join(result["lines"]))
-    said = "\n".join(result["lines"])
-    assert "node h2 is gone" in said and "SLURM says it is" in said
+    said = "\n".join(result["said"])
+    assert "node h2 is gone" in said and "SLURM says it is" in said, said
     assert_ends_as_one_job_of_3(outdir, result)

@@ -58,7 +58,9 @@ try:
                         timeout=600, on_output=on_output, echo=False,
                         args=[outdir, "--backup", backup, *rest])
     print(json.dumps({"sizes": result.sizes, "restarts": result.restarts,
-                      "history": result.history, "lines": lines[-60:]}))
+                      "history": result.history, "lines": lines[-60:],
+                      # the job's own announcements, whole (a traceback may fill the last 60)
+                      "said": [line for line in lines if line.startswith("[tfdistributed]")]}))
 finally:
     ray.shutdown()
     cluster.shutdown()

@@ -34,4 +34,6 @@ result = tfd.launch(script, workers=3, min_workers=2, backend="slurm", join_time
                     timeout=600, on_output=on_output, echo=False,
                     args=[outdir, "--backup", backup, "--lose-at", lose_at, *rest])
 print(json.dumps({"sizes": result.sizes, "restarts": result.restarts,
-                  "history": result.history, "lines": lines[-60:]}))
+                  "history": result.history, "lines": lines[-60:],
+                  # the job's own announcements, whole: a worker's traceback may fill the last 60
+                  "said": [line for line in lines if line.startswith("[tfdistributed]")]}))
