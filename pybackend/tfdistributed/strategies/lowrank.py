@@ -16,8 +16,9 @@ big enough (:func:`matrix_shape`):
 3. ``Q = sum over workers of M^T P^`` in a second all-reduce; the update is ``P^ Q^T``, the
    same on every worker (both sums are), and each worker keeps ``E = M - P^ Q^T / R``.
 
-Vectors (biases, normalization scales) and matrices that would not shrink by
-``min_compression_rate`` go whole, in the first all-reduce, with the example counts that
+Vectors (biases, normalization scales), matrices that would not shrink by
+``min_compression_rate`` and the rows of an embedding (``IndexedSlices``) go whole, in the first
+all-reduce, with the example counts that
 weight uneven batches and the step's loss and metrics. The first ``warmup_steps`` steps (by the
 optimizer's ``iterations``) are plain 32-bit all-reduces.
 
@@ -227,11 +228,13 @@ def powersgd_all_reduce(context, grads, entries, state, local, riders, step, opt
     """
     import tensorflow as tf
 
-    grads = [tf.convert_to_tensor(g) for g in grads]  # IndexedSlices: as DDP's dense grads
     dtype = grads[0].dtype
     replicas = context.num_replicas_in_sync
     count = tf.cast(local, dtype)
-    weighted = [g * count * tf.cast(replicas, dtype) for g in grads]
+    weighted = [_map_values(g, lambda v: v * count * tf.cast(replicas, dtype)) for g in grads]
+    # Rows of an embedding (IndexedSlices) go whole: Keras' optimizers update only the rows a
+    # step touched, which a dense low-rank update would change.
+    entries = [None if isinstance(g, tf.IndexedSlices) else e for g, e in zip(grads, entries)]
     head = [count] + [tf.cast(r, dtype) for r in riders]
     reset_if_resized(state, replicas)
     warmup = state.options.warmup_steps
@@ -290,7 +293,8 @@ def _plain_all_reduce(context, head, weighted, options):
 
     reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, head + weighted, options=options)
     total = reduced[0]
-    return [s / total for s in reduced[len(head):]], list(reduced[1:len(head)])
+    return ([_map_values(s, lambda v: v / total) for s in reduced[len(head):]],
+            list(reduced[1:len(head)]))
 
 
 def _low_rank_all_reduce(context, head, weighted, entries, state, step, options):
@@ -309,7 +313,7 @@ def _low_rank_all_reduce(context, head, weighted, entries, state, step, options)
                                  options=options)
     total = reduced[0]
     sums = iter(reduced[len(head):])
-    means = {i: next(sums) / total for i in whole}
+    means = {i: _map_values(next(sums), lambda v: v / total) for i in whole}
     p_sums = [next(sums) / total for _ in low]
     if opts.error_feedback:
         p_sums = [p + next(sums) for p in p_sums]
@@ -320,12 +324,27 @@ def _low_rank_all_reduce(context, head, weighted, entries, state, step, options)
     q_parts = [tf.matmul(m, p, transpose_a=True) for m, p in zip(shares, p_hats)]
     q_sums = context.all_reduce(tf.distribute.ReduceOp.SUM, q_parts, options=options)
     approximations = [tf.matmul(p, q, transpose_b=True) for p, q in zip(p_hats, q_sums)]
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t))
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(_values(t)))
                             for t in list(q_sums) + list(means.values())])
     _keep_state(low, shares, approximations, q_sums, finite, opts, context.num_replicas_in_sync)
     for (i, e), approximation in zip(low, approximations):
         means[i] = e.as_gradient(approximation)
     return [means[i] for i in range(len(weighted))], list(reduced[1:len(head)])
+
+
+def _values(gradient):
+    import tensorflow as tf
+
+    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
+
+
+def _map_values(gradient, op):
+    """``op`` applied to a gradient's values (an ``IndexedSlices`` stays one)."""
+    import tensorflow as tf
+
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(op(gradient.values), gradient.indices, gradient.dense_shape)
+    return op(gradient)
 
 
 def _current_q(entry, options, step):

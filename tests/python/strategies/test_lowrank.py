@@ -220,3 +220,40 @@ def test_a_state_built_for_another_number_of_replicas_starts_afresh_and_says_so(
     errors = _errors_summed(state, strategy)
     # The errors of the old job were dropped, not fed in: the step is a fresh one.
     np.testing.assert_allclose(steps[0][0][0][0] + errors[0], steps[0][1][0], atol=1e-5)
+
+
+def test_embedding_rows_go_whole_and_stay_rows():
+    # An embedding's gradient (IndexedSlices: the rows a step touched) is summed as rows, in the
+    # warm-up and after it: Keras' optimizers update only those rows, a dense update would not.
+    import tensorflow as tf
+
+    strategy = tfd.make_strategy("mirrored")
+    options = tfd.powersgd(rank=1, warmup_steps=1)
+    with strategy.scope():
+        variables = [tf.Variable(tf.zeros((40, 8))), tf.Variable(tf.zeros((6, 5)))]
+        state = lowrank.build_state(variables, [0, 1], options)
+    entries = [state.entries.get(0), state.entries.get(1)]
+    assert entries[0] is not None  # a matrix by its shape; its gradient decides
+
+    @tf.function
+    def step(t):
+        def replica():
+            context = tf.distribute.get_replica_context()
+            first = tf.cast(tf.equal(context.replica_id_in_sync_group, 0), tf.float32)
+            rows = tf.IndexedSlices(tf.ones((2, 8)) * (1.0 + first), tf.constant([3, 7]),
+                                    tf.constant([40, 8]))
+            means, _ = lowrank.powersgd_all_reduce(context, [rows, tf.ones((6, 5)) * first],
+                                                   entries, state, tf.constant(2.0), [], t)
+            return means[0].values, means[0].indices
+
+        return strategy.run(replica)
+
+    for t in range(2):
+        values, indices = step(tf.constant(t, tf.int64))
+        got_values = strategy.experimental_local_results(values)[0].numpy()
+        got_indices = strategy.experimental_local_results(indices)[0].numpy()
+        # Both replicas' rows, each weighted by its half of the examples: (2 + 1) rows of 1s.
+        dense = np.zeros((40, 8), "float32")
+        np.add.at(dense, got_indices, got_values)
+        assert sorted(set(got_indices.tolist())) == [3, 7]
+        np.testing.assert_allclose(dense[[3, 7]], np.full((2, 8), 3.0), rtol=1e-6)
