@@ -18,9 +18,15 @@ big enough (:func:`matrix_shape`):
 
 Vectors (biases, normalization scales), matrices that would not shrink by
 ``min_compression_rate`` and the rows of an embedding (``IndexedSlices``) go whole, in the first
-all-reduce, with the example counts that
-weight uneven batches and the step's loss and metrics. The first ``warmup_steps`` steps (by the
-optimizer's ``iterations``) are plain 32-bit all-reduces.
+all-reduce, with the example counts that weight uneven batches and the step's loss and metrics.
+The first ``warmup_steps`` steps (by the optimizer's ``iterations``) are plain 32-bit
+all-reduces.
+
+What it costs: two all-reduces per step instead of one (a round trip of latency: a small model
+on a fast network gets slower), a few small matrix products and a QR per matrix, memory for an
+error buffer as big as each compressed matrix, and accuracy per step (what the approximation
+drops arrives in later steps). A step whose sums are not finite (an fp16 loss scale too high:
+the loss-scaling optimizer skips it) leaves the state as it was.
 
 Why each worker's ``G`` enters as ``n_w R g_w / N`` (its share of the global mean, ``N`` the
 global batch) and ``E`` apart: ``N`` is known only after the first all-reduce, so ``P``
@@ -53,7 +59,8 @@ _SEED = 0x50535344
 
 @dataclasses.dataclass(frozen=True)
 class PowerSGD:
-    """PowerSGD's options (:func:`powersgd` checks them; the names as DDP's ``PowerSGDState``).
+    """PowerSGD's options (:func:`powersgd` checks them); DDP's ``PowerSGDState`` names in
+    brackets.
 
     Attributes:
         rank: the rank of each matrix's approximation (DDP: ``matrix_approximation_rank``).

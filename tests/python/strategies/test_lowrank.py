@@ -257,3 +257,22 @@ def test_embedding_rows_go_whole_and_stay_rows():
         np.add.at(dense, got_indices, got_values)
         assert sorted(set(got_indices.tolist())) == [3, 7]
         np.testing.assert_allclose(dense[[3, 7]], np.full((2, 8), 3.0), rtol=1e-6)
+
+
+def test_a_step_that_is_not_finite_leaves_the_state_as_it_was():
+    # What a loss-scaling optimizer skips (an fp16 scale too high) must not poison the errors.
+    import tensorflow as tf
+
+    step, state, strategy = _job(tfd.powersgd(rank=1, warmup_steps=0))
+    _run(step, strategy, 2)
+    before = [(entry.q.numpy(), _errors_summed(state, strategy)[i])
+              for i, entry in state.entries.items()]
+    bad = [np.full(s, np.inf, "float32") for s in SHAPES]
+    means, _ = step(tf.constant(2, tf.int64), [tf.constant(g) for g in bad],
+                    [tf.constant(g) for g in bad])
+    assert not np.isfinite(strategy.experimental_local_results(means[0])[0].numpy()).all()
+    after = [(entry.q.numpy(), _errors_summed(state, strategy)[i])
+             for i, entry in state.entries.items()]
+    for (q0, e0), (q1, e1) in zip(before, after):
+        np.testing.assert_array_equal(q0, q1)
+        np.testing.assert_array_equal(e0, e1)
