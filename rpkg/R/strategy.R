@@ -109,15 +109,17 @@ as_tfdistributed_strategy <- function(strategy) {
 #' (error feedback) and added to the next step's gradient, so it is delayed,
 #' not lost. Vectors (biases) and matrices too small to shrink go whole, with
 #' the step's loss and metrics. The state (the `Q` matrices and error buffers)
-#' is kept with the optimizer's variables: `fit_distributed(backup_dir = )`
+#' is saved with the optimizer: `fit_distributed(backup_dir = )`
 #' backs it up and a restarted job resumes as if uninterrupted; a job restarted
 #' with another number of workers starts it afresh, and says so.
 #'
-#' It pays where the network is the bottleneck: big matrices on a slow link
-#' (on 2 hosts at 100 Mbit/s the benchmark's wide MLP trained several times
-#' faster than in 32 bits). It costs two all-reduces per step instead of one
-#' (a round trip of latency, which dominates a small model on a fast network)
-#' and some accuracy per step, which error feedback and the warm-up recover.
+#' It pays where the network is the bottleneck: big matrices on a slow link (on
+#' 2 hosts at 100 Mbit/s the benchmark's wide MLP, a 10.6 MB gradient, trained
+#' at 9.2 times the examples/s of 32 bits, with the same held-out accuracy
+#' within 0.005). It costs two all-reduces per step instead of one (a round
+#' trip of latency: a small model gains nothing, and on a fast network can
+#' lose), and some progress per step, which error feedback, the warm-up and
+#' later epochs make up.
 #'
 #' @param rank The rank of each matrix's approximation (a whole number >= 1;
 #'   DDP's default is 1). Higher: more bytes, closer to the full gradient.
@@ -136,7 +138,7 @@ as_tfdistributed_strategy <- function(strategy) {
 #' @export
 #' @examples
 #' if (backend_available()) {
-#'   powersgd(rank = 2, warmup_steps = 100)
+#'   print(powersgd(rank = 2, warmup_steps = 100))
 #'   # Refused by name:
 #'   try(powersgd(rank = 0))
 #'   try(distribute_strategy("mirrored", gradient_compression = powersgd()))

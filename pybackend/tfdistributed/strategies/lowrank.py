@@ -34,8 +34,8 @@ travels as two sums, ``sum(n_w R g_w Q)`` and ``sum(E_w Q)``, joined once ``N`` 
 second is the smaller side of the matrix, so it costs little).
 
 State: per compressed matrix ``Q`` (``cols x rank``) and the error buffer, and the number of
-replicas the state was built for; Keras variables of the optimizer (:func:`build_state`), so a
-backup (``fit(backup_dir=)``, ``model.save``) holds them. Error buffers are per replica
+replicas the state was built for; Keras variables saved with the optimizer (:func:`build_state`,
+:class:`PowerSGDState`), so a backup (``fit(backup_dir=)``, ``model.save``) holds them. Error buffers are per replica
 (synchronized on read, mean): a backup holds their mean, and a restart gives every worker that
 mean. The update depends on the buffers only through their sum (every step above is linear in
 ``M`` but the orthonormalization, which sees the sum), so the restarted job goes on as the
@@ -47,6 +47,7 @@ the errors were kept per replica of the old job.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import sys
 
@@ -184,7 +185,13 @@ class Entry:
 
 class PowerSGDState:
     """The state of one optimizer's PowerSGD: options, an :class:`Entry` per compressed
-    variable (by key), and ``replicas``, the number of replicas it was built for (0: new)."""
+    variable (by key), and ``replicas``, the number of replicas it was built for (0: new).
+
+    Saved and loaded by Keras as a child of the optimizer it is an attribute of (its own group
+    of a weights file, beside the optimizer's variables, not among them): a backup made with
+    PowerSGD loads into an optimizer without it (a job resumed on one worker, where ``auto``
+    picks no multi-worker strategy) and the other way round, the optimizer's own variables
+    whole either way, where one list of both would have made Keras skip them all."""
 
     def __init__(self, options: PowerSGD, entries: dict, replicas):
         self.options, self.entries, self.replicas = options, entries, replicas
@@ -194,6 +201,25 @@ class PowerSGDState:
         for entry in self.entries.values():
             found += [entry.q] + ([entry.error] if entry.error is not None else [])
         return found
+
+    def save_own_variables(self, store) -> None:
+        # Read in cross-replica context: the errors' mean over every replica (a collective
+        # every worker takes part in, as it does in every save), the first replica's Q.
+        for i, variable in enumerate(self.variables()):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store) -> None:
+        saved = [store[str(i)] for i in range(len(store.keys()))]
+        mine = self.variables()
+        if not saved:
+            return  # a backup made without PowerSGD: its state starts afresh
+        if [tuple(v.shape) for v in saved] != [tuple(v.shape) for v in mine]:
+            print(f"tfdistributed: the backup's PowerSGD state ({len(saved)} variables) does "
+                  f"not fit this model and these options ({len(mine)}): it starts afresh.",
+                  file=sys.stderr, flush=True)
+            return
+        for variable, value in zip(mine, saved):
+            variable.assign(value)
 
 
 def build_state(variables, keys, options: PowerSGD, name="powersgd") -> PowerSGDState:
@@ -221,7 +247,19 @@ def build_state(variables, keys, options: PowerSGD, name="powersgd") -> PowerSGD
                  if options.error_feedback else None)
         entries[key] = Entry(index, variable.shape, plan, q, error)
     replicas = state_variable((), "float32", "only_first_replica", "replicas")
-    return PowerSGDState(options, entries, replicas)
+    return _saveable_state_class()(options, entries, replicas)
+
+
+@functools.lru_cache(maxsize=None)
+def _saveable_state_class():
+    """:class:`PowerSGDState` as a Keras saveable (Keras is imported only when one is made)."""
+    from keras.src.saving.keras_saveable import KerasSaveable
+
+    class SaveablePowerSGDState(PowerSGDState, KerasSaveable):
+        def _obj_type(self):
+            return "Layer"  # its attributes hold no other saveable: walked as a layer's
+
+    return SaveablePowerSGDState
 
 
 def powersgd_all_reduce(context, grads, entries, state, local, riders, step, options=None):

@@ -259,6 +259,37 @@ def test_a_powersgd_job_killed_and_resumed_ends_as_the_uninterrupted_one(tmp_pat
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
+def test_a_powersgd_job_resumed_on_one_worker_keeps_the_optimizer_and_drops_the_errors(tmp_path):
+    # What an elastic shrink does: the job restarts with fewer workers from the backup. Under
+    # "auto" one worker is the default strategy, where PowerSGD is ignored: the backup's Adam
+    # state still loads (the PowerSGD state is saved apart from it). As a 1-worker
+    # multi_worker_mirrored job the errors, kept per replica of the old job, are dropped, said.
+    import shutil
+
+    common = ("--examples", str(EXAMPLES), "--save-freq", str(SAVE_FREQ), "--powersgd", "2,3")
+    with pytest.raises(tfd.LaunchError, match="killed by signal 9"):
+        job(tmp_path / "two", *common, "--backup", str(tmp_path / "backup"), "--stop-at", "13")
+    shutil.copytree(tmp_path / "backup", tmp_path / "backup-2")
+    said = {}
+    for strategy, backup in (("auto", "backup"), ("multi_worker_mirrored", "backup-2")):
+        outdir = tmp_path / strategy
+        outdir.mkdir()
+        lines = said[strategy] = []
+        tfd.launch(SCRIPT, workers=1, timeout=300, echo=False, on_output=lines.append,
+                   args=[str(outdir), *common, "--backup", str(tmp_path / backup),
+                         "--strategy", strategy])
+        # The default strategy has no task: its report is "None-None".
+        resumed = report(outdir, "None-None" if strategy == "auto" else "worker-0")
+        assert resumed["trained"][0] == list(range(11, STEPS + 1))  # from the backup of step 10
+        assert resumed["steps"] == STEPS
+        assert not [line for line in lines if "Skipping variable loading" in line]
+    assert any("is ignored: 'auto' chose 'default'" in line for line in said["auto"])
+    assert not [line for line in said["auto"] if "PowerSGD's state" in line]
+    assert [line for line in said["multi_worker_mirrored"] if "PowerSGD's state" in line] == [
+        "[worker 0] tfdistributed: PowerSGD's state (error feedback, Q matrices) was built for 2 "
+        "replicas and this job has 1 (a resized job): it starts afresh."]
+
+
 def kill_steps(count: int, rng=None) -> list:
     """``count`` steps to kill worker 1 at, one per attempt, drawn at random, each at least one
     backup after the one before (so that the job progresses between two kills), none at a

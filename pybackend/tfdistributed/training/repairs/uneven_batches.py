@@ -15,7 +15,7 @@ all-reduce of their own, before the gradients'. The gradients' all-reduce is pac
 for a big gradient), which TensorFlow alone never does for a replica's all-reduce.
 Under a strategy marked for PowerSGD (:mod:`tfdistributed.strategies.lowrank`) the gradients
 go low-rank here instead, weighted the same way; its state (``Q`` matrices, error buffers) is
-made when the optimizer is built, as the optimizer's own variables, so backups hold it.
+made when the optimizer is built and saved with it, so backups hold it.
 
 Two pieces of this machinery are public, for the repairs that build on it: the replica's
 example count while a train step is traced (:func:`counting_examples`), and other scalars that
@@ -121,9 +121,9 @@ def apply(trainer) -> None:
 
 
 def _build_powersgd_state(optimizer, variables) -> None:
-    """PowerSGD's state for an optimizer built under a strategy marked for it, tracked as the
-    optimizer's own variables (after Keras' first ones: a backup saves and restores them in
-    that order). A loss-scaling optimizer has none: its inner optimizer all-reduces."""
+    """PowerSGD's state for an optimizer built under a strategy marked for it, an attribute of
+    the optimizer that Keras saves and loads with it (a backup holds it). A loss-scaling
+    optimizer has none: its inner optimizer all-reduces."""
     strategy = getattr(optimizer, "_distribution_strategy", None)
     options = None if strategy is None else powersgd_options(strategy)
     if (options is None or gradient_compression(strategy) != "powersgd"
@@ -132,8 +132,6 @@ def _build_powersgd_state(optimizer, variables) -> None:
     variables = list(variables)
     with strategy.scope():
         state = build_state(variables, [optimizer._var_key(v) for v in variables], options)
-    for variable in state.variables():
-        optimizer._track_variable(variable)
     setattr(optimizer, _POWERSGD_STATE, state)
 
 
