@@ -1,8 +1,10 @@
 """Group 9, across hosts: a 2-worker job over links of several bandwidths, and what it projects;
-then a network-bound model on 2 and 4 hosts (``bench/netbound.py``).
+then a network-bound model on 2 and 4 hosts and on loopback, its gradients in 32 bits, packs,
+16 bits and low-rank (PowerSGD), and their held-out accuracy (``bench/netbound.py``).
 
-    .venv/bin/python bench/hosts.py            # ~26 min, writes bench/results-hosts.{md,json}
-    .venv/bin/python bench/hosts.py --quick    # smoke test (~2 min), bench/results-hosts-quick.*
+    .venv/bin/python bench/hosts.py            # ~40 min, writes bench/results-hosts.{md,json}
+    .venv/bin/python bench/hosts.py --quick    # smoke test (~3 min), bench/results-hosts-quick.*
+    .venv/bin/python bench/hosts.py --report   # the report again from the json (analysis only)
 
 Needs root: the hosts are network namespaces of ``tfdistributed.testbeds.hostbed``, one per worker,
 joined by a bridge, each link capped with ``tc tbf`` (both ways) or not at all; the loopback arm
@@ -16,8 +18,10 @@ cluster with a timeout, and a failed run is reported without stopping the others
 The all-reduce times per size give, per link, a fitted line ``t = a + S_wire / B`` (a ring over
 N = 2 workers sends ``S_wire = 2(N-1)/N x S = S`` bytes per worker); :func:`project` uses it
 for the ring model ``t(N) = 2(N-1)/N x S / B + 2(N-1) x alpha`` at 8, 32 and 128 workers, with
-the assumptions written next to the table. The network-bound part compares 32-bit, packed
-and 16-bit gradient all-reduces side by side, and checks that projection against 4 hosts.
+the assumptions written next to the table. The network-bound part compares 32-bit, packed,
+16-bit and low-rank gradient all-reduces side by side (the wide MLP and the bench CNN: where
+compression pays and where it does not), their held-out accuracy after the same epochs, and
+checks that projection against 4 hosts.
 """
 
 from __future__ import annotations
@@ -40,12 +44,13 @@ PROJECTED_WORKERS = (8, 32, 128)
 # netbound_*: the network-bound part (bench/netbound.py), one job per link and worker count.
 FULL = {"reps": 3, "links": ("loopback", "uncapped", "10gbit", "1gbit", "100mbit"),
         "epochs": 3, "examples_per_replica": 512, "allreduce_reps": 10, "timeout": 240,
-        "netbound_links": ("1gbit", "100mbit"), "netbound_workers": (2, 4), "rounds": 3,
-        "steps": 6, "netbound_allreduce_reps": 5, "netbound_timeout": 1200}
+        "netbound_links": ("loopback", "1gbit", "100mbit"), "netbound_workers": (2, 4),
+        "rounds": 3, "steps": 6, "netbound_allreduce_reps": 5, "netbound_timeout": 1200,
+        "accuracy_epochs": 10}
 QUICK = {"reps": 1, "links": ("loopback", "1gbit", "100mbit"),
          "epochs": 2, "examples_per_replica": 256, "allreduce_reps": 3, "timeout": 150,
-         "netbound_links": ("100mbit",), "netbound_workers": (2,), "rounds": 1, "steps": 4,
-         "netbound_allreduce_reps": 2, "netbound_timeout": 400}
+         "netbound_links": ("100mbit",), "netbound_workers": (2,), "rounds": 1, "steps": 6,
+         "netbound_allreduce_reps": 2, "netbound_timeout": 600, "accuracy_epochs": 1}
 
 
 # --- the worker: one task of the 2-worker job ----------------------------------------------------
@@ -131,11 +136,16 @@ def run_link(link: str, cfg: dict) -> dict:
 
 
 def run_rounds(cfg: dict) -> dict:
-    """The CNN's rounds over ``cfg["links"]``, then the network-bound jobs (``"netbound"``)."""
+    """The CNN's rounds over ``cfg["links"]``, then the network-bound jobs (``"netbound"``),
+    with the machine's load average (1 min) at the start and after each part (``"load"``): on
+    a shared machine, what else ran."""
     import netbound
 
+    load = [os.getloadavg()[0]]
     runs = run_cnn_rounds(cfg)
+    load.append(os.getloadavg()[0])
     runs["netbound"] = netbound.run_all({**cfg, "script": __file__, "root": ROOT})
+    runs["load"] = load + [os.getloadavg()[0]]
     return runs
 
 
@@ -269,25 +279,49 @@ def netbound_sections(runs: dict, cfg: dict) -> list:
 
     if not runs:
         return []
-    return ["## Network-bound: a wide MLP (10.6 MB gradient), 32 bits, packs, fp16, bf16", "",
+    links = netbound._links(runs)
+    return ["## Network-bound: a wide MLP (10.6 MB gradient), 32 bits, packs, fp16, bf16, "
+            "PowerSGD", "",
             f"{cfg['rounds']} round(s) in one job per link and host count; each arm 2 epochs of "
             f"{cfg['steps']} steps, 64 examples per worker per step, epoch 2 timed "
             f"(bench/netbound.py says how). Step: median of the per-round step times of the "
             f"slower worker. Examples/s vs fp32 and loss vs fp32: the median of the per-round "
             f"ratios, the values behind it in brackets. Loss: the mean over epoch 2's steps, "
-            f"the same steps from the same weights for every arm.", "",
+            f"the same steps from the same weights for every arm. powersgd: "
+            f"`powersgd(rank = {netbound.POWERSGD['rank']}, warmup_steps = "
+            f"{netbound.POWERSGD['warmup_steps']})`, every timed step compressed. Sent per step: "
+            f"what one worker puts into the step's gradient all-reduces (a ring sends "
+            f"2(N-1)/N of it over each link).", "",
             *netbound.arms_table(runs), "",
+            "Issue 40's targets in this run:", "", *netbound.targets(runs), "",
+            f"Load average (1 min) before -> after each job: {netbound.load_line(runs)}.", "",
+            "The same jobs, the bench CNN (0.139 MB gradient), "
+            f"{netbound.CNN_STEPS} steps an epoch:", "",
+            *netbound.arms_table(runs, "cnn"), "",
+            "Where PowerSGD pays (2 hosts): its examples/s against fp32's per link (as in the "
+            "tables), and where the lines t = c + k / B through each arm's two capped links "
+            "cross (an estimate from two points per arm: a few milliseconds of noise move it "
+            "far, and the CNN's arms differ by a few milliseconds).", "",
+            f"- wide MLP: {netbound.break_even(links, 'mlp')}",
+            f"- bench CNN: {netbound.break_even(links, 'cnn')}", "",
+            "## Held-out accuracy after the same epochs", "",
+            f"One job of 2 workers on loopback (the arms compute the same numbers on any link): "
+            f"each model {cfg['accuracy_epochs']} epochs of the handwritten digits (1,347, 8x8 "
+            f"scaled to 28x28; 64 per worker per step) from the same weights over the same "
+            f"batches, then evaluated on the 450 held-out digits.", "",
+            *netbound.accuracy_table(runs), "",
             "## The ring model checked on 4 hosts", "",
             "The all-reduce alone (median of the timed ones, slower worker) at 4 sizes, on 2 and "
             "4 hosts of the same link: the line fitted at N = 2 (as in the projection below) "
             "projects N = 4; where it misses by more than 20%, the ring model is refitted to "
             "N = 2 and 4 together (bandwidth and a latency per hop).", "",
-            *netbound.projection_check(runs, ring_ms), ""]
+            *netbound.projection_check(links, ring_ms), ""]
 
 
 def write_report(runs, cfg, quick, started, seconds, prefix: Path, command) -> str:
     runs = dict(runs)
     netbound_runs = runs.pop("netbound", {})
+    load = runs.pop("load", [])
     summaries = {link: summarise(r) for link, r in runs.items()}
     title = " (--quick smoke test: numbers not meaningful)" if quick else ""
     md = [f"# tfdistributed benchmarks, group 9: across hosts{title}", "",
@@ -295,7 +329,10 @@ def write_report(runs, cfg, quick, started, seconds, prefix: Path, command) -> s
           f"- Date: {started:%Y-%m-%d %H:%M} UTC, {seconds / 60:.1f} min; nproc {os.cpu_count()}",
           f"- {cfg['reps']} round(s); the bench CNN, {cfg['epochs']} epochs x "
           f"{cfg['examples_per_replica']} images per worker, 64 per worker per step; "
-          f"{cfg['allreduce_reps']} timed all-reduces per size", "",
+          f"{cfg['allreduce_reps']} timed all-reduces per size",
+          "- Load average (1 min) at the start, after the CNN's rounds and at the end: "
+          + ", ".join(f"{v:.1f}" for v in load) + f" (on {os.cpu_count()} cores: other jobs "
+          "ran on this machine meanwhile where it is above about 2)", "",
           "## Measured: 2 workers, one per host", "", *links_table(summaries, runs), "",
           "Step: median step time past epoch 1 of the slower worker. Step vs loopback: the median "
           "of the per-round ratios (the values behind it in brackets). All-reduce share: the CNN "
@@ -306,9 +343,22 @@ def write_report(runs, cfg, quick, started, seconds, prefix: Path, command) -> s
     text = "\n".join(md) + "\n"
     prefix.with_suffix(".md").write_text(text)
     prefix.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "date": started.isoformat(), "config": cfg, "runs": runs,
-         "netbound": netbound_runs, "summaries": summaries}, indent=2, default=str) + "\n")
+        {"command": command, "date": started.isoformat(), "seconds": seconds, "config": cfg,
+         "runs": runs, "netbound": netbound_runs, "summaries": summaries, "load": load}, indent=2, default=str) + "\n")
     return text
+
+
+def report_again(prefix: Path) -> None:
+    """The report of ``prefix``.json's run written again, from its measurements alone."""
+    import datetime
+
+    saved = json.loads(prefix.with_suffix(".json").read_text())
+    runs = {link: [r for r in results] for link, results in saved["runs"].items()}
+    runs.update(netbound=saved["netbound"], load=saved.get("load", []))
+    started = datetime.datetime.fromisoformat(saved["date"])
+    write_report(runs, saved["config"], False, started, saved.get("seconds", 0), prefix,
+                 saved["command"])
+    print(f"[bench] written again: {prefix.with_suffix('.md')}, .json")
 
 
 def main(argv=None):
@@ -316,11 +366,15 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 round, 3 links (~1 min)")
     parser.add_argument("--out", type=Path, help="output prefix (default bench/results-hosts)")
+    parser.add_argument("--report", action="store_true",
+                        help="write the report again from OUT.json's measurements, measuring "
+                             "nothing (after a change to the analysis)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--examples-per-replica", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--allreduce-reps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--netbound-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--accuracy-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
@@ -330,6 +384,12 @@ def main(argv=None):
         import netbound
 
         return netbound.worker(ns.rounds, ns.steps, ns.allreduce_reps)
+    if ns.accuracy_worker:
+        import netbound
+
+        return netbound.accuracy_worker(ns.epochs)
+    if ns.report:
+        return report_again(ns.out or HERE / "results-hosts")
     from run import run_own_host_group
 
     run_own_host_group(__file__, {"quick": QUICK, "full": FULL}, ns.quick, ns.out, argv,

@@ -12,7 +12,8 @@ modules and what it may import; ``tests/python/package/test_architecture.py`` ch
 - ``errors``, ``_args``: one error family with per-language hints; argument coercion;
 - ``cluster/``: TF_CONFIG built, parsed and validated; this process's TF_CONFIG; joining peers;
   the cluster SLURM's environment describes;
-- ``strategies/``: strategies by name; how gradients cross the network (16 bits, packs);
+- ``strategies/``: strategies by name; how gradients cross the network (16 bits, low-rank,
+  packs);
 - ``data/``: the input plan, shard policies and their pre-flight, files on disk, demo data;
 - ``watch/``: the task-to-launcher channel: progress, history, stalls, stragglers;
 - ``training/``: fit/evaluate/predict under every strategy, plain ``model.fit`` routing, the
@@ -53,9 +54,10 @@ from .engines import slurm  # noqa: E402
 from .engines.launch import (PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch,  # noqa: E402
                              run_server)
 from .engines.slurm import slurm_script, tf_config_from_slurm  # noqa: E402
-from .strategies import (STRATEGY_NAMES, canonical_name, configure_cpu_devices,  # noqa: E402
-                         gradient_compression, make_strategy, set_bytes_per_pack,
-                         set_gradient_compression, strategy_info, strategy_kind)
+from .strategies import (STRATEGY_NAMES, PowerSGD, canonical_name,  # noqa: E402
+                         configure_cpu_devices, gradient_compression, make_strategy, powersgd,
+                         set_bytes_per_pack, set_gradient_compression, strategy_info,
+                         strategy_kind)
 from .training import checkpoints, loops, ps  # noqa: E402
 from .training.trainer import evaluate, fit, predict  # noqa: E402
 
@@ -81,13 +83,13 @@ __all__ = [
     "ArgumentTypeError", "ClusterConfigError", "JoinTimeoutError", "LaunchError",
     "LaunchTimeoutError", "HostLostError", "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError",
     "TFDistributedError", "TrainingError",
-    "LaunchResult", "TaskResult",
+    "LaunchResult", "PowerSGD", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "gradient_compression", "set_gradient_compression",
     "set_bytes_per_pack", "evaluate", "fit", "global_batch_size",
     "is_checkpoint_writer", "is_chief",
     "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
-    "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
+    "powersgd", "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
     "write_digits_tfds", "write_shards", "slurm_script", "tf_config_from_slurm",
 ]

@@ -5,21 +5,26 @@ module              what it holds
 ==================  ============================================================================
 ``make``            :func:`make_strategy`: every ``tf.distribute`` strategy by name, logical
                     CPU devices, what a strategy is (:func:`strategy_kind`, :func:`strategy_info`)
-``compression``     the gradient all-reduce in 16 bits (fp16/bf16), marked on a strategy
+``compression``     the gradient all-reduce compressed (fp16/bf16, or PowerSGD), marked on a
+                    strategy
+``lowrank``         low-rank gradients (PowerSGD): options, state, the two all-reduces
 ``packing``         the gradient all-reduce in packs that overlap the backward pass
 ``runtime``         TensorFlow settings that must be made before it starts (its CPU allocator)
 ==================  ============================================================================
 
 Layer: above ``cluster``. The all-reduce options (``compression``, ``packing``) are read by the
-training layer's repairs, which carry out the gradient all-reduce; nothing here imports the
+training layer's repairs, which carry out the gradient all-reduce (PowerSGD's with
+``lowrank``'s functions, its state made with the optimizer's); nothing here imports the
 training layer.
 """
 
 from .make import (STRATEGY_NAMES, canonical_name, configure_cpu_devices, input_workers,
                    make_strategy, strategy_info, strategy_kind)
-from .compression import gradient_compression, set_gradient_compression
+from .compression import gradient_compression, powersgd_options, set_gradient_compression
 from .packing import set_bytes_per_pack
+from .lowrank import PowerSGD, powersgd
 
-__all__ = ["STRATEGY_NAMES", "canonical_name", "configure_cpu_devices", "gradient_compression",
-           "input_workers", "make_strategy", "set_bytes_per_pack", "set_gradient_compression",
+__all__ = ["PowerSGD", "STRATEGY_NAMES", "canonical_name", "configure_cpu_devices",
+           "gradient_compression", "input_workers", "make_strategy", "powersgd",
+           "powersgd_options", "set_bytes_per_pack", "set_gradient_compression",
            "strategy_info", "strategy_kind"]

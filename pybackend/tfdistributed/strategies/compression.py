@@ -1,4 +1,5 @@
-"""Gradient compression: the gradients cross the network between workers in 16 bits.
+"""Gradient compression: the gradients cross the network between workers in 16 bits, or
+low-rank (PowerSGD, :mod:`tfdistributed.strategies.lowrank`).
 
 ``make_strategy("multi_worker_mirrored", gradient_compression="fp16")`` (or ``"bf16"``) marks
 the strategy; the one gradient all-reduce of every train step (the ``uneven_batches`` repair's,
@@ -29,6 +30,10 @@ measured loss are in README's "Performance".
 
 Gradients that are already 16-bit, gradient accumulation (``gradient_accumulation_steps``)
 and a single replica are all-reduced as without compression.
+
+``gradient_compression="powersgd"`` (or a :func:`~tfdistributed.strategies.lowrank.powersgd`
+options object) marks the strategy the same way; its options are kept beside the mark
+(:func:`powersgd_options`) and read when the optimizer is built.
 """
 
 from __future__ import annotations
@@ -36,27 +41,34 @@ from __future__ import annotations
 import warnings
 
 from ..errors import StrategyError
+from .lowrank import PowerSGD, powersgd
 
-COMPRESSIONS = ("none", "fp16", "bf16")
-_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "off": "none"}
+COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
+_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "off": "none",
+            "power_sgd": "powersgd", "power-sgd": "powersgd"}
 _ATTRIBUTE = "tfdistributed_gradient_compression"
+_OPTIONS = "tfdistributed_powersgd"
 # The largest sum an fp16 all-reduce may reach, a power of two below fp16's 65504 with room for
 # the rounding of the ring's partial sums.
 _FP16_CEILING = 2.0 ** 14
 
 
 def canonical_compression(compression) -> str | None:
-    """``"fp16"``, ``"bf16"`` or None (no compression) for ``compression``; a
-    :class:`StrategyError` naming the argument and the valid values otherwise."""
+    """``"fp16"``, ``"bf16"``, ``"powersgd"`` (the name, or a :class:`PowerSGD`) or None (no
+    compression) for ``compression``; a :class:`StrategyError` naming the argument and the
+    valid values otherwise."""
     if compression is None or compression is False:
         return None
+    if isinstance(compression, PowerSGD):
+        return "powersgd"
     key = compression.lower().strip() if isinstance(compression, str) else None
     key = _ALIASES.get(key, key)
     if key not in COMPRESSIONS:
         raise StrategyError(
             f"`gradient_compression` must be one of {', '.join(map(repr, COMPRESSIONS))} (or "
             f"None), got {compression!r}: gradients travel in 16-bit floats, fp16 (IEEE half, "
-            f"11 significant bits) or bf16 (bfloat16, 8 bits, float32's range).",
+            f"11 significant bits) or bf16 (bfloat16, 8 bits, float32's range), or low-rank "
+            f"(powersgd, or its options: powersgd(rank=4, ...)).",
             hints={"python": "E.g. make_strategy('multi_worker_mirrored', "
                              "gradient_compression='fp16').",
                    "r": 'E.g. distribute_strategy("multi_worker_mirrored", '
@@ -66,18 +78,30 @@ def canonical_compression(compression) -> str | None:
 
 def set_gradient_compression(strategy, compression):
     """Mark ``strategy`` (a ``MultiWorkerMirroredStrategy``, e.g. TensorFlow's own) so that its
-    train steps all-reduce the gradients in 16 bits: ``"fp16"``, ``"bf16"`` or None (off).
-    Returns the strategy. Takes effect for models compiled after it."""
+    train steps all-reduce the gradients in 16 bits (``"fp16"``, ``"bf16"``), low-rank
+    (``"powersgd"`` or a :func:`~tfdistributed.strategies.lowrank.powersgd` options object)
+    or as they are (None). Returns the strategy. Takes effect for models compiled after it
+    (PowerSGD's state is made with the optimizer's)."""
     kind = canonical_compression(compression)
     if kind is not None:
         check_compressible(strategy)
     setattr(strategy, _ATTRIBUTE, kind)
+    options = None
+    if kind == "powersgd":
+        options = compression if isinstance(compression, PowerSGD) else powersgd()
+    setattr(strategy, _OPTIONS, options)
     return strategy
 
 
 def gradient_compression(strategy) -> str | None:
-    """The gradient compression ``strategy`` was marked with: ``"fp16"``, ``"bf16"`` or None."""
+    """The gradient compression ``strategy`` was marked with: ``"fp16"``, ``"bf16"``,
+    ``"powersgd"`` or None."""
     return getattr(strategy, _ATTRIBUTE, None)
+
+
+def powersgd_options(strategy) -> PowerSGD | None:
+    """The PowerSGD options ``strategy`` was marked with, or None (not marked for PowerSGD)."""
+    return getattr(strategy, _OPTIONS, None)
 
 
 def check_compressible(strategy) -> None:
@@ -94,7 +118,7 @@ def not_compressible(what: str) -> StrategyError:
     return StrategyError(
         f"`gradient_compression` applies to 'multi_worker_mirrored', whose gradients cross the "
         f"network between workers in an all-reduce; {what} has no such all-reduce (within one "
-        f"process 16 bits would save no network and only lose precision). Drop "
+        f"process compression would save no network and only lose precision). Drop "
         f"`gradient_compression`, or use 'auto' (which ignores it, with a warning, when it "
         f"picks a local strategy).")
 

@@ -30,7 +30,7 @@ import re
 from ..cluster import from_slurm
 from .._args import as_int
 from .compression import (canonical_compression, gradient_compression, ignored_for_local,
-                          not_compressible, set_gradient_compression)
+                          not_compressible, powersgd_options, set_gradient_compression)
 from .packing import (as_bytes_per_pack, communication_options, fixed_pack_bytes,
                       set_bytes_per_pack, threads_for_overlap)
 from ..cluster.addresses import check_own_address
@@ -287,9 +287,13 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
             task names the tasks it still waits for, then fails with ``JoinTimeoutError``
             (see :mod:`tfdistributed.cluster.join`).
         gradient_compression: ``"fp16"`` or ``"bf16"``: the gradients cross the network
-            between workers in 16 bits (:mod:`tfdistributed.strategies.compression`); only for
+            between workers in 16 bits (:mod:`tfdistributed.strategies.compression`);
+            ``"powersgd"`` or :func:`~tfdistributed.strategies.lowrank.powersgd`'s options
+            (``powersgd(rank=4, warmup_steps=1000)``): big gradient matrices go low-rank, with
+            error feedback (:mod:`tfdistributed.strategies.lowrank`). Only for
             ``multi_worker_mirrored`` (an error for the other kinds, a warning and ignored when
-            ``auto`` picks a local strategy). None (the default) or ``"none"``: 32 bits.
+            ``auto`` picks a local strategy; ``auto`` never picks a compression itself). None
+            (the default) or ``"none"``: 32 bits.
         bytes_per_pack: for ``multi_worker_mirrored``: the gradient all-reduce in packs of
             about this many bytes, each sent while the backward pass goes on
             (:mod:`tfdistributed.strategies.packing`); 0: one all-reduce per step; None (the default):
@@ -338,7 +342,7 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
         strategy = _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
     if bytes_per_pack is not None:
         set_bytes_per_pack(strategy, bytes_per_pack)
-    return set_gradient_compression(strategy, compression) if compression else strategy
+    return set_gradient_compression(strategy, gradient_compression) if compression else strategy
 
 
 def strategy_kind(strategy) -> str:
@@ -380,8 +384,9 @@ def input_workers(strategy) -> int:
 
 def strategy_info(strategy) -> dict:
     """What a strategy is: kind, replicas in sync, local devices, workers and this task (and,
-    for ``multi_worker_mirrored``, its ``gradient_compression`` and ``bytes_per_pack``: the
-    pack size set, 0 for one all-reduce per step, None for "auto")."""
+    for ``multi_worker_mirrored``, its ``gradient_compression``, ``powersgd`` (its options as
+    a dict, or None) and ``bytes_per_pack``: the pack size set, 0 for one all-reduce per step,
+    None for "auto")."""
     kind = strategy_kind(strategy)
     if kind == "default":
         devices = [_local_compute_devices()[0]]
@@ -399,6 +404,8 @@ def strategy_info(strategy) -> dict:
         spec = resolver.cluster_spec().as_dict()
         info["num_workers"] = max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
         info["gradient_compression"] = gradient_compression(strategy)
+        options = powersgd_options(strategy)
+        info["powersgd"] = None if options is None else options.as_dict()
         info["bytes_per_pack"] = fixed_pack_bytes(strategy)
     elif kind == "parameter_server":
         # ParameterServerStrategy keeps its resolver on itself: the public

@@ -103,3 +103,33 @@ test_that("bytes_per_pack packs a multi-worker strategy's gradients and shows in
   expect_error(distribute_strategy("multi_worker_mirrored", bytes_per_pack = 4.5),
                "`bytes_per_pack` must be a single whole number", class = "tfdistributed_error")
 })
+
+test_that("powersgd() marks a multi-worker strategy; R doubles count; bad options are named", {
+  skip_if_no_backend()
+  strategy <- distribute_strategy("multi_worker_mirrored",
+                                  gradient_compression = powersgd(rank = 2, warmup_steps = 100))
+  info <- strategy_info(strategy)
+  expect_identical(info$gradient_compression, "powersgd")
+  expect_identical(info$powersgd$rank, 2L)
+  expect_identical(info$powersgd$warmup_steps, 100L)
+  expect_true(any(grepl("gradients sent:   powersgd (rank 2, after 100 steps in 32 bits)",
+                        capture.output(print(strategy)), fixed = TRUE)))
+  defaults <- distribute_strategy("multi_worker_mirrored", gradient_compression = "powersgd")
+  expect_identical(strategy_info(defaults)$powersgd$rank, 4L)
+  expect_identical(strategy_info(defaults)$powersgd$warmup_steps, 1000L)
+  expect_error(powersgd(rank = 0), "`rank` must be >= 1", class = "tfdistributed_error")
+  expect_error(powersgd(rank = 2.5), "`rank` must be a single whole number",
+               class = "tfdistributed_error")
+  expect_error(powersgd(warmup_steps = -1), "`warmup_steps` must be >= 0",
+               class = "tfdistributed_error")
+  expect_error(powersgd(min_compression_rate = 0.5), "`min_compression_rate` must be a number >= 1",
+               class = "tfdistributed_error")
+  expect_error(powersgd(error_feedback = "yes"), "`error_feedback` must be TRUE or FALSE",
+               class = "tfdistributed_error")
+  expect_error(distribute_strategy("mirrored", gradient_compression = powersgd()),
+               "`gradient_compression` applies to 'multi_worker_mirrored'",
+               class = "tfdistributed_strategy_error")
+  expect_error(distribute_strategy("mirrored", gradient_compression = "powersgd"),
+               "`gradient_compression` applies to 'multi_worker_mirrored'",
+               class = "tfdistributed_strategy_error")
+})

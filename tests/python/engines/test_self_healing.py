@@ -234,6 +234,62 @@ def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, u
     assert not backup.exists()
 
 
+def test_a_powersgd_job_killed_and_resumed_ends_as_the_uninterrupted_one(tmp_path):
+    # PowerSGD's state (Q matrices, error buffers) is in the backups: the resumed job applies
+    # the updates the uninterrupted one applies. Each worker's errors come back as their mean
+    # over the workers, which changes nothing but float rounding (the update depends on their
+    # sum only); without the errors the weights ended up to 0.23 apart (seen 2026-11-26).
+    common = ("--save-freq", str(SAVE_FREQ), "--powersgd", "2,3")
+    job(tmp_path / "through", *common, "--backup", str(tmp_path / "backup-1"))
+    result = job(tmp_path / "resumed", *common, "--backup", str(tmp_path / "backup-2"),
+                 "--stop-at", "13", max_restarts=1)
+    assert result.restarts == 1
+    (x, _), _ = tfd.digits_arrays()
+    # Pixels 0 in every image: their weights' gradient is 0, and Adam turns what PowerSGD's
+    # rounding leaves there (~1e-9) into steps of the learning rate. Those weights aside:
+    fed = np.abs(x[:EXAMPLES].reshape(EXAMPLES, -1)).max(axis=0) > 0
+    for task in ("worker-0", "worker-1"):
+        through, resumed = report(tmp_path / "through", task), report(tmp_path / "resumed", task)
+        assert resumed["trained"][1] == list(range(11, STEPS + 1))  # from the backup of step 10
+        assert through["history"]["loss"][-1] == pytest.approx(resumed["history"]["loss"][-1],
+                                                               rel=1e-5)
+        got, want = resumed["weights"], through["weights"]
+        np.testing.assert_allclose(got[0][fed], want[0][fed], rtol=2e-5, atol=2e-5)
+        for a, b in zip(got[1:], want[1:]):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+def test_a_powersgd_job_resumed_on_one_worker_keeps_the_optimizer_and_drops_the_errors(tmp_path):
+    # What an elastic shrink does: the job restarts with fewer workers from the backup. Under
+    # "auto" one worker is the default strategy, where PowerSGD is ignored: the backup's Adam
+    # state still loads (the PowerSGD state is saved apart from it). As a 1-worker
+    # multi_worker_mirrored job the errors, kept per replica of the old job, are dropped, said.
+    import shutil
+
+    common = ("--examples", str(EXAMPLES), "--save-freq", str(SAVE_FREQ), "--powersgd", "2,3")
+    with pytest.raises(tfd.LaunchError, match="killed by signal 9"):
+        job(tmp_path / "two", *common, "--backup", str(tmp_path / "backup"), "--stop-at", "13")
+    shutil.copytree(tmp_path / "backup", tmp_path / "backup-2")
+    said = {}
+    for strategy, backup in (("auto", "backup"), ("multi_worker_mirrored", "backup-2")):
+        outdir = tmp_path / strategy
+        outdir.mkdir()
+        lines = said[strategy] = []
+        tfd.launch(SCRIPT, workers=1, timeout=300, echo=False, on_output=lines.append,
+                   args=[str(outdir), *common, "--backup", str(tmp_path / backup),
+                         "--strategy", strategy])
+        # The default strategy has no task: its report is "None-None".
+        resumed = report(outdir, "None-None" if strategy == "auto" else "worker-0")
+        assert resumed["trained"][0] == list(range(11, STEPS + 1))  # from the backup of step 10
+        assert resumed["steps"] == STEPS
+        assert not [line for line in lines if "Skipping variable loading" in line]
+    assert any("is ignored: 'auto' chose 'default'" in line for line in said["auto"])
+    assert not [line for line in said["auto"] if "PowerSGD's state" in line]
+    assert [line for line in said["multi_worker_mirrored"] if "PowerSGD's state" in line] == [
+        "[worker 0] tfdistributed: PowerSGD's state (error feedback, Q matrices) was built for 2 "
+        "replicas and this job has 1 (a resized job): it starts afresh."]
+
+
 def kill_steps(count: int, rng=None) -> list:
     """``count`` steps to kill worker 1 at, one per attempt, drawn at random, each at least one
     backup after the one before (so that the job progresses between two kills), none at a

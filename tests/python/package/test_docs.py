@@ -1,8 +1,9 @@
 """Numbers the documentation quotes from a benchmark run are that run's numbers.
 
-The "Running on a cluster" vignette shows the across-hosts bandwidth table of bench/hosts.py
-(group 9 of ``make bench``); when the benchmark is run again and its results file changes, this
-fails until the vignette says what the new run measured.
+The "Running on a cluster" vignette shows the across-hosts tables of bench/hosts.py (group 9 of
+``make bench``: bandwidth, compression, held-out accuracy), and README its PowerSGD table; when
+the benchmark is run again and its results file changes, this fails until the vignette and
+README say what the new run measured.
 """
 
 from __future__ import annotations
@@ -69,3 +70,27 @@ def test_vignette_overlap_table_is_the_benchmark_run():
         run = measured[(model, link, threads)]
         # ..., one all-reduce step, overlap, packs, packs step, overlap, "**speed** (rounds)"
         assert (one, packs, speed) == (run[8], run[11], bold_ratio(run[13]))
+
+
+def test_vignette_accuracy_table_is_the_benchmark_run():
+    shown, measured, _, _ = vignette_table(
+        "results-hosts.md", "| Model | Gradients | Held-out accuracy | vs 32 bits | Held-out loss",
+        "| Model | Gradients | Held-out accuracy |", keys=2)
+    for model, arm, accuracy, gap in shown:
+        assert (accuracy, gap) == tuple(measured[(model, arm)][2:4])
+
+
+def test_readme_powersgd_table_is_the_benchmark_run():
+    results = (ROOT / "bench" / "results-hosts.md").read_text()
+    mlp = {tuple(row[:3]): row for row in table_rows(results, "| Link | Hosts | Arm |")}
+    cnn = {tuple(row[:3]): row for row in table_rows(results, "| Link | Hosts | Arm (bench CNN)")}
+    readme = (ROOT / "README.md").read_text()
+    shown = table_rows(readme, "| Link, hosts | Wide MLP: powersgd")
+    assert len(shown) == 5
+    for where, speed, fp16, loss, cnn_speed in shown:
+        link, hosts = where.split(" (")[0].split(", ")
+        link = {"100 Mbit/s": "100mbit", "1 Gbit/s": "1gbit"}.get(link, link)
+        run = mlp[(link, hosts, "powersgd")]
+        assert (speed.strip("*"), loss) == (bold_ratio(run[5]), run[7].split(" ")[0])
+        assert fp16 == bold_ratio(mlp[(link, hosts, "fp16")][5])
+        assert cnn_speed == bold_ratio(cnn[(link, hosts, "powersgd")][5])

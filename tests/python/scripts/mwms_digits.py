@@ -3,7 +3,8 @@
 usage: mwms_digits.py OUTDIR [--epochs N] [--source arrays|tfds] [--data-dir D] [--policy P]
                       [--save MODEL.keras] [--backup DIR [--kill-at EPOCH]] [--examples N]
                       [--steps-per-execution K] [--keras-fit] [--model digits|busy]
-                      [--validation-split F] [--floatx DTYPE] [--compression fp16|bf16]
+                      [--validation-split F] [--floatx DTYPE] [--compression fp16|bf16|powersgd]
+                      [--powersgd RANK,WARMUP] [--dtype-policy POLICY]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history and test metrics).
 --kill-at E: worker 1 SIGKILLs itself when epoch E (0-based) begins, once the chief's backup
 of the previous epoch is on disk (a machine failure at a known point).
@@ -33,11 +34,17 @@ parser.add_argument("--model", choices=("digits", "busy"), default="digits")
 parser.add_argument("--validation-split", type=float, default=0.0)
 parser.add_argument("--floatx", help="keras.config.set_floatx() before the model is built")
 parser.add_argument("--compression", help="make_strategy's gradient_compression")
+parser.add_argument("--powersgd", help="RANK,WARMUP: gradient_compression=powersgd(rank, warmup)")
+parser.add_argument("--dtype-policy", help="Keras' dtype policy (mixed precision) for the model")
 parser.add_argument("--bytes-per-pack", type=int, help="make_strategy's bytes_per_pack")
 ns = parser.parse_args()
 
 # Created first: multi-worker collectives must be configured before TensorFlow runs anything.
-strategy = tfd.make_strategy("auto", gradient_compression=ns.compression,
+compression = ns.compression
+if ns.powersgd:
+    rank, warmup = map(int, ns.powersgd.split(","))
+    compression = tfd.powersgd(rank=rank, warmup_steps=warmup)
+strategy = tfd.make_strategy("auto", gradient_compression=compression,
                              bytes_per_pack=ns.bytes_per_pack)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -61,6 +68,8 @@ def _recording(t, *args, **kwargs):
 collective_ops.all_reduce_v2 = _recording
 if ns.floatx:
     keras.config.set_floatx(ns.floatx)
+if ns.dtype_policy:
+    keras.mixed_precision.set_dtype_policy(ns.dtype_policy)
 if ns.model == "busy":
     model = busy_digits_model(strategy, seed=1)
 else:

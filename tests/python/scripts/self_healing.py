@@ -2,12 +2,15 @@
 
 usage: self_healing.py OUTDIR [--epochs N] [--save-freq N] [--backup DIR] [--stop-at STEP]
                        [--signal KILL|TERM|RAISE] [--examples N] [--every-attempt]
+                       [--powersgd RANK,WARMUP] [--strategy NAME]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history, epochs, steps), and appends
 "<attempt> <step>" to OUTDIR/<task>-<index>.steps for every step it trains.
 --stop-at K: on the first attempt, worker 1 sends itself SIG<signal> once it has trained K
 steps (a machine lost, or a preemption notice, at a step the test chose); RAISE raises a
 RuntimeError there instead (a bug). K0,K1,...: on attempt a, at step K_a (-1: none).
 --every-attempt: at step K on every attempt (a bug, or an OOM kill, that comes back).
+--powersgd RANK,WARMUP: gradient_compression=powersgd(rank=RANK, warmup_steps=WARMUP).
+--strategy: make_strategy's name (default "auto").
 """
 
 import argparse
@@ -27,9 +30,15 @@ parser.add_argument("--stop-at", type=lambda v: [int(k) for k in v.split(",")])
 parser.add_argument("--every-attempt", action="store_true")
 parser.add_argument("--signal", default="KILL")
 parser.add_argument("--examples", type=int)
+parser.add_argument("--powersgd")
+parser.add_argument("--strategy", default="auto")
 ns = parser.parse_args()
 
-strategy = tfd.make_strategy("auto")
+compression = None
+if ns.powersgd:
+    rank, warmup = map(int, ns.powersgd.split(","))
+    compression = tfd.powersgd(rank=rank, warmup_steps=warmup)
+strategy = tfd.make_strategy(ns.strategy, gradient_compression=compression)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))

@@ -159,7 +159,7 @@ def test_several_mirrored_strategies_in_one_process():
         assert np.isfinite(history.history["loss"][0])
 
 
-@pytest.mark.parametrize("value", ["fp8", "int8", 16, "powersgd"])
+@pytest.mark.parametrize("value", ["fp8", "int8", 16, "topk"])
 def test_unknown_gradient_compression_names_the_argument(value):
     with pytest.raises(tfd.StrategyError, match=r"`gradient_compression` must be one of 'none', "
                                                 r"'fp16', 'bf16'"):

@@ -333,6 +333,30 @@ def run_cells(strategy_name, workdir, names=None, gradient_compression=None):
     return {name: run_cell(name, strategy, workdir) for name in names}
 
 
+#: The multi-worker columns, made in one job (one cluster's start-up, not one per column): 32
+#: bits, fp16, then PowerSGD with a warm-up of half a cell's 20 steps (both of its phases, and
+#: the switch between them, in every cell).
+COMPRESSIONS = (None, "fp16", "powersgd")
+POWERSGD = {"rank": 4, "warmup_steps": 10}
+
+
+def run_multi_worker_cells(workdir, names=None, compressions=COMPRESSIONS):
+    """Every feature (or ``names``) under each of ``compressions`` in turn, on the one
+    multi-worker strategy of a launched task: ``{compression or "none": {feature: result}}``,
+    each compression's files below ``workdir/<compression or "none">``."""
+    import tfdistributed as tfd
+
+    strategy = tfd.make_strategy("auto")
+    names = list(names or _features())
+    out = {}
+    for compression in compressions:
+        mark = tfd.powersgd(**POWERSGD) if compression == "powersgd" else compression
+        tfd.set_gradient_compression(strategy, mark)
+        where = os.path.join(workdir, compression or "none")
+        out[compression or "none"] = {name: run_cell(name, strategy, where) for name in names}
+    return out
+
+
 def features():
     """Feature names with their comparison kind, in table order."""
     return {name: spec[2] for name, spec in _features().items()}

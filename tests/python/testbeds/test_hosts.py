@@ -191,6 +191,25 @@ def test_two_workers_at_their_host_addresses_train_identically(bed, tmp_path):
     assert outputs["worker-0"]["metrics"] == outputs["worker-1"]["metrics"]
 
 
+def test_two_hosts_with_powersgd_gradients_train_identically(bed, tmp_path):
+    # The bed's 2 hosts over 1 Gbit/s links, gradients low-rank (rank 2) after 3 steps of
+    # warm-up: both workers end with the same weights, bit for bit, and the model learns.
+    import numpy as np
+
+    result = tfd.launch(SCRIPT, cluster=bed.cluster(2), hosts=bed.launch_hosts(), timeout=TIMEOUT,
+                        args=[str(tmp_path), "--epochs", "2", "--examples", "640",
+                              "--compression", "powersgd", "--powersgd", "2,3"], echo=False)
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    outputs = read_outputs(tmp_path)
+    for report in outputs.values():
+        assert report["info"]["gradient_compression"] == "powersgd"
+        assert report["steps"] == 2 * 10
+        assert report["history"]["loss"][-1] < report["history"]["loss"][0]
+        assert report["metrics"]["accuracy"] > 0.8
+    for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_four_hosts_with_fp16_gradients_train_identically_and_as_32_bits(tmp_path):
     # 4 hosts, one worker each, over 1 Gbit/s links, gradients all-reduced in fp16: every worker
     # ends with the same weights, within the stated fp16 tolerance of one device in 32 bits

@@ -13,6 +13,9 @@ where the gradients go to 16 bits: the counts and carried values then travel in 
 all-reduce of their own, before the gradients'. The gradients' all-reduce is packed
 (:func:`tfdistributed.strategies.packing.gradient_options`: the strategy's ``bytes_per_pack``, else packs
 for a big gradient), which TensorFlow alone never does for a replica's all-reduce.
+Under a strategy marked for PowerSGD (:mod:`tfdistributed.strategies.lowrank`) the gradients
+go low-rank here instead, weighted the same way; its state (``Q`` matrices, error buffers) is
+made when the optimizer is built and saved with it, so backups hold it.
 
 Two pieces of this machinery are public, for the repairs that build on it: the replica's
 example count while a train step is traced (:func:`counting_examples`), and other scalars that
@@ -25,12 +28,15 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ...strategies.compression import compressed_all_reduce, gradient_compression
+from ...strategies.compression import (compressed_all_reduce, gradient_compression,
+                                       powersgd_options)
 from ...strategies.packing import gradient_options
+from ...strategies.lowrank import build_state, powersgd_all_reduce, reset_if_resized
 from .common import Repair, dtype_of, source
 
 _local_batch = threading.local()  # the replica's batch size while its train_step is traced
 _carried = threading.local()  # scalars for the gradients' all-reduce, while it is traced
+_POWERSGD_STATE = "_tfd_powersgd"  # the optimizer's PowerSGD state, if it was built with one
 
 
 def detect(trainer) -> bool:
@@ -89,9 +95,11 @@ def _take_carried(dtype) -> list:
 
 def apply(trainer) -> None:
     from keras.src.backend.tensorflow.optimizer import TFOptimizer
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
 
     train_step = trainer.TensorFlowTrainer.train_step
     all_reduce = TFOptimizer._all_reduce_sum_gradients
+    build = BaseOptimizer.build
 
     def _train_step(self, data):
         with counting_examples(data):
@@ -100,10 +108,31 @@ def apply(trainer) -> None:
     def _all_reduce_sum_gradients(self, grads_and_vars):
         return _weighted_all_reduce(self, all_reduce, grads_and_vars)
 
+    def _build(self, variables):
+        build(self, variables)
+        _build_powersgd_state(self, variables)
+
     _train_step.__tfdistributed_original__ = train_step
     _all_reduce_sum_gradients.__tfdistributed_original__ = all_reduce
+    _build.__tfdistributed_original__ = build
     trainer.TensorFlowTrainer.train_step = _train_step
     TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
+    BaseOptimizer.build = _build
+
+
+def _build_powersgd_state(optimizer, variables) -> None:
+    """PowerSGD's state for an optimizer built under a strategy marked for it, an attribute of
+    the optimizer that Keras saves and loads with it (a backup holds it). A loss-scaling
+    optimizer has none: its inner optimizer all-reduces."""
+    strategy = getattr(optimizer, "_distribution_strategy", None)
+    options = None if strategy is None else powersgd_options(strategy)
+    if (options is None or gradient_compression(strategy) != "powersgd"
+            or hasattr(optimizer, "inner_optimizer")):
+        return
+    variables = list(variables)
+    with strategy.scope():
+        state = build_state(variables, [optimizer._var_key(v) for v in variables], options)
+    setattr(optimizer, _POWERSGD_STATE, state)
 
 
 def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
@@ -115,12 +144,19 @@ def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
     size = getattr(_local_batch, "size", None)
     pairs = list(grads_and_vars)
     grads = [g for g, _ in pairs if g is not None]
+    state = getattr(optimizer, _POWERSGD_STATE, None)
+    if state is not None and context is not None and context.num_replicas_in_sync == 1:
+        reset_if_resized(state, 1)  # a job shrunk to one replica keeps no stale errors
     if (context is None or context.num_replicas_in_sync == 1 or not grads
             or optimizer.gradient_accumulation_steps):
         return all_reduce(optimizer, pairs)
     strategy = tf.distribute.get_strategy()
     kind = gradient_compression(strategy)
-    if kind and all(g.dtype.base_dtype in (tf.float32, tf.float64) for g in grads):
+    dtypes = {g.dtype.base_dtype for g in grads}
+    if kind == "powersgd" and state is not None and dtypes in ({tf.float32}, {tf.float64}):
+        return _powersgd_all_reduce(context, optimizer, pairs, size, state,
+                                    gradient_options(strategy, auto=False))
+    if kind in ("fp16", "bf16") and dtypes <= {tf.float32, tf.float64}:
         # Packed only at a size set: the 16-bit all-reduce cannot overlap (packing's docstring).
         return _compressed_all_reduce(context, pairs, grads, size, kind,
                                       gradient_options(strategy, auto=False))
@@ -158,6 +194,25 @@ def _compressed_all_reduce(context, pairs, grads, size, kind, options):
     riders = _take_carried(tf.float32)
     means, sums = compressed_all_reduce(context, grads, local, [v for _, v in riders], kind,
                                         options)
+    if riders:  # their mean over the replicas, as reduce_per_replica's
+        _carried.means.update({slot: s / float(context.num_replicas_in_sync)
+                               for (slot, _), s in zip(riders, sums)})
+    averaged = iter(means)
+    return [(None if g is None else next(averaged), v) for g, v in pairs]
+
+
+def _powersgd_all_reduce(context, optimizer, pairs, size, state, options):
+    """The gradients low-rank (:func:`tfdistributed.strategies.lowrank.powersgd_all_reduce`),
+    weighted by the replicas' example counts, the carried values in its first all-reduce."""
+    import tensorflow as tf
+
+    live = [(g, v) for g, v in pairs if g is not None]
+    dtype = live[0][0].dtype.base_dtype
+    local = tf.constant(1, dtype) if size is None else tf.cast(size, dtype)
+    riders = _take_carried(dtype)
+    entries = [state.entries.get(optimizer._var_key(v)) for _, v in live]
+    means, sums = powersgd_all_reduce(context, [g for g, _ in live], entries, state, local,
+                                      [v for _, v in riders], optimizer.iterations, options)
     if riders:  # their mean over the replicas, as reduce_per_replica's
         _carried.means.update({slot: s / float(context.num_replicas_in_sync)
                                for (slot, _), s in zip(riders, sums)})
