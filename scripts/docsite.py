@@ -217,11 +217,12 @@ def python_api(dest: Path) -> None:
     env = r_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "pybackend"),
                                                       env.get("PYTHONPATH")]))
-    # The docstrings are written with reST's ``literals`` and :func:`roles`.
+    # The docstrings are markdown with reST's ``literals`` and :func:`roles` and Google-style
+    # Args/Returns/Raises sections: pdoc's "google" format reads all three.
     run = subprocess.run(
         [sys.executable, "-m", "pdoc",
          "--output-directory", str(out),
-         "--template-directory", str(ROOT / "scripts" / "pdoc"), "--docformat", "restructuredtext",
+         "--template-directory", str(ROOT / "scripts" / "pdoc"), "--docformat", "google",
          "--footer-text", "tfdistributed Python API", *python_modules()],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     if run.returncode != 0 or "Warn" in run.stderr:

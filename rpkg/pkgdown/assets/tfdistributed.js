@@ -91,6 +91,7 @@
         else if (body.indexOf(words[i]) >= 0) score += 1;
         else return;
       }
+      if (entry.title === entry.what) score += 2;   // the page itself before its sections
       hits.push({ entry: entry, score: score });
     });
     hits.sort(function (a, b) { return b.score - a.score; });
@@ -100,7 +101,9 @@
   function href(entry, query) {
     // search.json's paths are site-absolute ("/articles/x.html"); make them relative to the root.
     var path = entry.path.replace(/^[a-z]+:\/\/[^/]+/, "").replace(/^\//, "");
-    return root + path + "?q=" + encodeURIComponent(query) + (entry.id ? "#" + entry.id : "");
+    // pkgdown writes the id of a page's own entry as "None".
+    var anchor = entry.id && entry.id !== "None" ? "#" + entry.id : "";
+    return root + path + "?q=" + encodeURIComponent(query) + anchor;
   }
 
   function setUpSearch() {
