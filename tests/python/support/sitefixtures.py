@@ -38,9 +38,10 @@ class SiteRender:
 
 
 # For working on the site itself, not for CI: the site directory of an earlier session's render
-# (pytest's .../site-build0/site). Its articles are taken as they are, only the missing ones are
+# (.logs/site, kept by the last run). Its articles are taken as they are, only the missing ones are
 # knitted, so the browser tier can be re-run in a minute instead of re-running every cluster.
 REUSE = "TFDISTRIBUTED_REUSE_SITE_RENDER"
+KEPT = ROOT / ".logs" / "site"
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +76,10 @@ def built_site(site_render) -> SiteRender:
     t0 = time.monotonic()
     docsite.finish(site_render.pkg, site_render.dest)
     site_render.seconds["finish"] = time.monotonic() - t0
-    print(f"\nsite built in {site_render.dest}: "
+    # Kept beside the screenshots, to open after the run (pytest's temporary directories are
+    # recycled after three runs), or to give to TFDISTRIBUTED_REUSE_SITE_RENDER.
+    shutil.rmtree(KEPT, ignore_errors=True)
+    shutil.copytree(site_render.dest, KEPT)
+    print(f"\nsite built in {site_render.dest} (a copy in {KEPT}): "
           + ", ".join(f"{part} {s:.0f} s" for part, s in site_render.seconds.items()))
     return site_render
