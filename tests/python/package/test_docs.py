@@ -1,8 +1,10 @@
 """Numbers the documentation quotes from a benchmark run are that run's numbers.
 
 The "Running on a cluster" vignette shows the across-hosts bandwidth table of bench/hosts.py
-(group 9 of ``make bench``); when the benchmark is run again and its results file changes, this
-fails until the vignette says what the new run measured.
+(group 9 of ``make bench``), and the site's Performance article (which the README's performance
+section became) quotes a ratio of every benchmark; when a benchmark is run again and its results
+file changes, this fails until the documentation says what the new run measured. (The
+Performance article's charts are drawn from the results files when the site is built.)
 """
 
 from __future__ import annotations
