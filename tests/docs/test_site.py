@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(2400)]
+# The same xdist group as tests/r/test_vignettes.py: one worker holds the session's one render.
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(2400),
+              pytest.mark.xdist_group("site")]
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))

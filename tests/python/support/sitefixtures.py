@@ -6,7 +6,8 @@ knitted (minutes), so the session knits them once, with the functions `make docs
 (scripts/docsite.py): ``site_render`` knits every article into a site under pytest's temporary
 directory; tests/r/test_vignettes.py checks each tutorial's computed output in that render, and
 ``built_site`` finishes the same site (home, reference, changelog, search, Python API) for the
-browser tier in tests/docs/.
+browser tier in tests/docs/. Under pytest-xdist (make test) a session fixture exists once per
+worker, so both test files are in one ``xdist_group("site")``: one worker, one render.
 """
 
 from __future__ import annotations
