@@ -32,11 +32,11 @@ test: setup
 check: setup
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope -m "not cluster and not slow" $(PYTEST_ARGS)
 
+# The documentation site (pkgdown for R, pdoc for Python) into site/: the tutorials run real
+# clusters while they are knitted, so this takes minutes. make test renders them once and checks
+# the site in headless Chromium (tests/docs/).
 docs: setup
-	@for f in vignettes/*.Rmd; do echo "rendering $$f"; Rscript scripts/render_vignette.R $$f docs || exit 1; done
-	@# Installed with the R package too, so vignette(package = "tfdistributed") lists them.
-	@mkdir -p rpkg/inst/doc && cp docs/*.html vignettes/*.Rmd rpkg/inst/doc/ && bash scripts/setup.sh
-	@echo "tutorials: $(ROOT)/docs/*.html"
+	@$(PY) scripts/docsite.py $(ROOT)/site
 
 # make bench BENCH_ARGS=--quick: a < 4 min smoke test of every benchmark.
 bench:
@@ -44,4 +44,4 @@ bench:
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf .venv .rlib .setup docs .pytest_cache .logs
+	rm -rf .venv .rlib .setup site .site-build .pytest_cache .logs

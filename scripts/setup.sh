@@ -23,7 +23,11 @@ DEB_PKGS=(r-base-core r-base-dev pandoc r-cran-testthat r-cran-jsonlite r-cran-k
   # (tfdistributed.testbeds.slurm starts the daemons in a temporary directory; /etc/slurm is unused).
   slurmd slurmctld slurm-client munge
   # ip and tc for the test bed of hosts (tests/python/hosts.py: network namespaces, tbf caps).
-  iproute2)
+  iproute2
+  # The documentation site (make docs, scripts/docsite.py): pkgdown 2.0.7 and what it needs
+  # (downlit, ragg, httr, whisker... come with it); its browser test (tests/docs/): headless
+  # Chromium driven through chromedriver, and LinkChecker over the whole site.
+  r-cran-pkgdown chromium chromium-driver linkchecker)
 missing=()
 for p in "${DEB_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -76,12 +80,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 req_hash="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
-   || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest, ray.train" >/dev/null 2>&1; then
-  log "installing the backend (editable) with its test and ray extras into $VENV"
+   || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest, ray.train, pdoc, selenium" >/dev/null 2>&1; then
+  log "installing the backend (editable) with its test, ray and docs extras into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # rpy2 builds against R; point it at the Debian R found above. The ray extra is for the Ray
   # backend's tests (tests/python/test_ray.py), which run against a real local Ray.
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,ray]"
+  # The docs extra builds the site's Python API reference and drives its browser test.
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,ray,docs]"
   echo "$req_hash" > "$STAMP_DIR/venv.hash"
 fi
 
@@ -91,7 +96,7 @@ fi
 if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" != "$req_hash" ] \
    || ! "$VENV/bin/python" -c "import tf_keras, matplotlib, sklearn" >/dev/null 2>&1; }; then
   log "installing the bench extra (tf_keras, matplotlib) into $VENV"
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,ray,bench]"
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,ray,docs,bench]"
   echo "$req_hash" > "$STAMP_DIR/bench.hash"
 fi
 

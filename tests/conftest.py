@@ -17,6 +17,9 @@ import pytest  # noqa: E402
 
 NUM_CPU_DEVICES = 2
 
+# The documentation site, rendered once per session for the vignette and browser tests.
+pytest_plugins = ["sitefixtures"]
+
 
 def pytest_configure(config):
     import tfdistributed

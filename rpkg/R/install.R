@@ -22,6 +22,7 @@ default_envname <- "r-tfdistributed"
 #' @export
 #' @examples
 #' \dontrun{
+#' # Not run here: it creates a virtualenv and installs TensorFlow from PyPI.
 #' install_tfdistributed(extra_packages = "scikit-learn")
 #' }
 install_tfdistributed <- function(envname = default_envname, package = "tfdistributed",

@@ -119,6 +119,8 @@
 #'   job$workers
 #' }
 #' \dontrun{
+#' # Not run here: it needs a SLURM cluster and a Ray cluster (the article
+#' # "Running on a cluster" starts both and runs these for real).
 #' # The same script on a SLURM cluster or on Ray:
 #' launch_cluster("train.R", workers = 4, backend = "slurm", partition = "gpu")
 #' launch_cluster("train.R", workers = 2, backend = "ray")

@@ -9,6 +9,33 @@
 #' [evaluate_distributed()]. The same script runs on several workers with
 #' [launch_cluster()].
 #'
+#' @section Articles:
+#' The tutorials run for real when they are rendered (2-worker,
+#' parameter-server, SLURM and Ray jobs included); installed from a built
+#' package, `vignette(package = "tfdistributed")` lists them:
+#' * `vignette("getting-started", package = "tfdistributed")`: strategies,
+#'   scopes and distributed fit;
+#' * `vignette("multi-worker", package = "tfdistributed")`: TF_CONFIG, local
+#'   clusters, sharding, a job's history and per-worker figures, jobs that heal;
+#' * `vignette("parameter-server", package = "tfdistributed")`;
+#' * `vignette("custom-training-loops", package = "tfdistributed")`;
+#' * `vignette("callbacks-checkpoints", package = "tfdistributed")`;
+#' * `vignette("data-bigger-than-memory", package = "tfdistributed")`;
+#' * `vignette("running-on-a-cluster", package = "tfdistributed")`: SLURM, Ray
+#'   and Kubernetes.
+#'
+#' The documentation site has them all, with the guides that are on the site
+#' only: [Jobs that heal themselves](https://tfdistributed.example.org/articles/self-healing.html),
+#' [Seeing a launched job](https://tfdistributed.example.org/articles/seeing-a-job.html),
+#' [Clusters and networks](https://tfdistributed.example.org/articles/clusters-and-networks.html),
+#' [Performance](https://tfdistributed.example.org/articles/performance.html) and
+#' the [Python API reference](https://tfdistributed.example.org/python/tfdistributed.html).
+#' Its address is a placeholder until the project publishes one: in a checkout
+#' of the project, `make docs` builds it into `site/` (open `site/index.html`).
+#'
+#' @seealso Useful links:
+#' * <https://tfdistributed.example.org/> (placeholder)
+#' * Report bugs at <https://example.org/tfdistributed/issues> (placeholder)
 #' @keywords internal
 "_PACKAGE"
 

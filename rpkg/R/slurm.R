@@ -23,6 +23,8 @@
 #' @export
 #' @examples
 #' \dontrun{
+#' # Not run here: it needs a SLURM job step (the article "Running on a cluster"
+#' # runs it under srun on a real SLURM cluster).
 #' # in a script run with: srun -n 2 Rscript train.R
 #' tf_config_from_slurm()
 #' strategy <- distribute_strategy("auto")   # multi_worker_mirrored over the 2 tasks

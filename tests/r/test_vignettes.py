@@ -1,30 +1,34 @@
-"""Every vignette renders to HTML, for real, with the computed output a reader expects.
+"""Every vignette renders, for real, as an article of the documentation site, with the computed
+output a reader expects.
 
-Each vignette is knitted by scripts/render_vignette.R in a fresh Rscript process (the way
-`make docs` does it); a chunk error fails the render and so the test.
+The articles are knitted once per session by pkgdown, each in a fresh R process, as `make docs`
+knits them (scripts/docsite.py, through the ``site_render`` fixture of
+tests/python/support/sitefixtures.py); a chunk error fails the render and so the test. The
+browser tier (tests/docs/) checks the same render as a site.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import html
 import re
-import subprocess
 
 import pytest
 
-from rsupport import ROOT, r_env
+from rsupport import ROOT
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+# The same xdist group as tests/docs/test_site.py: one worker holds the session's one render.
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800), pytest.mark.xdist_group("site")]
 VIGNETTES = sorted(p.stem for p in (ROOT / "vignettes").glob("*.Rmd"))
+# A plot of the page: pkgdown writes each as a PNG file beside the article.
+FIGURE = "_files/figure-html/"
 
 EXPECTED = {
-    "getting-started": ["replicas in sync: 2", "Did you mean 'mirrored'?", "data:image/png;base64",
+    "getting-started": ["replicas in sync: 2", "Did you mean 'mirrored'?", FIGURE,
                         "`units` of keras.layers.Dense must be a single whole number >= 1, got 64.5",
                         "central_storage"],
     # One progress line per epoch for the job (not each worker's Keras lines), its history
     # plotted and its per-worker table.
-    "multi-worker": ["[tfdistributed] epoch 5/5", "data:image/png;base64", "examples_per_second",
+    "multi-worker": ["[tfdistributed] epoch 5/5", FIGURE, "examples_per_second",
                      "Set the shard policy to 'data'",
                      "Task worker 1 was killed by signal 9", "epochs run here: 3 4 5",
                      'TF_CONFIG["task"]["index"] = 3 is out of range',
@@ -39,13 +43,13 @@ EXPECTED = {
                      "is gone (10.77.0.4: its network is down", "the job goes on with 2 worker(s)",
                      "answers again: the job grows to 3 worker(s)", " - 2 of 3 workers",
                      "from attempt 2: 2 of 3 workers (lost: 10.77.0.4)"],
-    "parameter-server": ["coordinator: test accuracy", "data:image/png;base64",
+    "parameter-server": ["coordinator: test accuracy", FIGURE,
                          "/job:ps/replica:0/task:0",
                          "/job:ps/replica:0/task:1", "<tfdistributed strategy: parameter_server>"],
     "custom-training-loops": ["mirrored_2_replicas", "epoch 3: mean loss"],
-    "callbacks-checkpoints": ["epoch-12.weights.h5", "events.out.tfevents", "data:image/png;base64"],
+    "callbacks-checkpoints": ["epoch-12.weights.h5", "events.out.tfevents", FIGURE],
     "data-bigger-than-memory": ["[worker 1] worker 1 of 2 reads part-00001-of-00004.csv",
-                                "data:image/png;base64", "examples/s",
+                                FIGURE, "examples/s",
                                 "failed on call 12 (after 11 batches): the network drive went away",
                                 "Batch 3 does not match the first batch", "needs `steps_per_epoch`",
                                 "Pass dataset_from_generator(<your function>) instead",
@@ -58,7 +62,7 @@ EXPECTED = {
                              "[worker 1] multi_worker_mirrored 1 of 2: test accuracy",
                              "Task worker 1 exited with status 1 (SLURM job",
                              "out of memory on this node", "kind: TFJob",
-                             "data:image/png;base64", "examples_per_second"],
+                             FIGURE, "examples_per_second"],
 }
 
 
@@ -78,44 +82,46 @@ def test_no_chunk_is_skipped_except_installation():
         assert skipped in ([], ["install"]), (name, skipped)
 
 
-# The vignettes with the most cluster jobs (launch_cluster, SLURM, Ray, processes by hand).
-LONGEST = ("multi-worker", "running-on-a-cluster", "data-bigger-than-memory")
-
-
-def _render(name, out):
-    return subprocess.run(
-        ["Rscript", str(ROOT / "scripts" / "render_vignette.R"),
-         str(ROOT / "vignettes" / f"{name}.Rmd"), str(out)],
-        cwd=ROOT, env=r_env(), capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    out = tmp_path_factory.mktemp("docs")
-    pages, failures = {}, {}
-    # Two renders at a time: one alone leaves a core of the two idle much of the time (its
-    # clusters start processes and wait on each other). Those that run the most cluster jobs
-    # start first, so that the two threads end near together (in name order the two longest
-    # started last).
-    order = sorted(VIGNETTES, key=lambda name: name not in LONGEST)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        runs = {name: pool.submit(_render, name, out) for name in order}
-        for name, run in runs.items():
-            done = run.result()
-            if done.returncode != 0:
-                failures[name] = done.stderr[-3000:]
-            else:
-                pages[name] = (out / f"{name}.html").read_text()
-    return pages, failures
+def rendered(site_render):
+    pages = {name: site_render.article(name).read_text() for name in VIGNETTES
+             if name not in site_render.failures and site_render.article(name).exists()}
+    return pages, site_render.failures
 
 
 @pytest.mark.parametrize("name", VIGNETTES)
 def test_vignette_renders_with_its_results(rendered, name):
     pages, failures = rendered
     assert name not in failures, failures.get(name)
+    assert name in pages, f"{name}.Rmd rendered no page"
     text = text_of(pages[name])
     for expected in EXPECTED[name]:
         assert expected in text or expected in pages[name], (name, expected)
+
+
+@pytest.mark.parametrize("name", VIGNETTES)
+def test_plots_are_drawn_beside_their_article(site_render, name):
+    page = site_render.article(name).read_text()
+    figures = re.findall(r'<img src="([^"]*' + re.escape(FIGURE) + r'[^"]+)"', page)
+    for src in figures:
+        assert (site_render.dest / "articles" / src).stat().st_size > 1000, src
+
+
+def test_getting_started_opens_with_the_readme_quick_start(rendered):
+    text = text_of(rendered[0]["getting-started"])
+    quick = text[text.index("In 30 seconds"):text.index("One machine, several replicas")]
+    assert FIGURE in quick or "<img" in quick
+    accuracy = float(re.search(r"#>\s+accuracy\s+loss\s*#>\s+([\d.]+)", quick).group(1))
+    assert accuracy >= 0.9, quick
+
+
+def test_healing_timeline_resumes_from_the_last_backup(rendered):
+    text = text_of(rendered[0]["multi-worker"])
+    assert "multi-worker_files/figure-html/heal-timeline-1.png" in rendered[0]["multi-worker"]
+    killed, resumed, redone = map(int, re.search(
+        r"killed_at\s+resumed_at\s+steps_redone\s*#>\s+(\d+)\s+(\d+)\s+(\d+)", text).groups())
+    # Backups every 5 steps: the restart resumed at the last one before the kill.
+    assert resumed % 5 == 0 and 0 <= killed - resumed <= 5 and redone == killed - resumed
 
 
 def test_accuracies_in_the_tutorials(rendered):

@@ -1,9 +1,10 @@
 """Numbers the documentation quotes from a benchmark run are that run's numbers.
 
-The "Running on a cluster" vignette shows the across-hosts tables of bench/hosts.py (group 9 of
-``make bench``: bandwidth, compression, held-out accuracy), and README its PowerSGD table; when
-the benchmark is run again and its results file changes, this fails until the vignette and
-README say what the new run measured.
+The "Running on a cluster" vignette shows the across-hosts tables of bench/hosts.py (group 9
+of ``make bench``: bandwidth, compression, held-out accuracy), and the site's Performance article (which the README's performance
+section became) quotes a ratio of every benchmark; when a benchmark is run again and its results
+file changes, this fails until the documentation says what the new run measured. (The
+Performance article's charts are drawn from the results files when the site is built.)
 """
 
 from __future__ import annotations
@@ -80,12 +81,12 @@ def test_vignette_accuracy_table_is_the_benchmark_run():
         assert (accuracy, gap) == tuple(measured[(model, arm)][2:4])
 
 
-def test_readme_powersgd_table_is_the_benchmark_run():
+def test_performance_article_powersgd_table_is_the_benchmark_run():
     results = (ROOT / "bench" / "results-hosts.md").read_text()
     mlp = {tuple(row[:3]): row for row in table_rows(results, "| Link | Hosts | Arm |")}
     cnn = {tuple(row[:3]): row for row in table_rows(results, "| Link | Hosts | Arm (bench CNN)")}
-    readme = (ROOT / "README.md").read_text()
-    shown = table_rows(readme, "| Link, hosts | Wide MLP: powersgd")
+    article = (ROOT / "vignettes" / "articles" / "performance.Rmd").read_text()
+    shown = table_rows(article, "| Link, hosts | Wide MLP: powersgd")
     assert len(shown) == 5
     for where, speed, fp16, loss, cnn_speed in shown:
         link, hosts = where.split(" (")[0].split(", ")
@@ -94,3 +95,97 @@ def test_readme_powersgd_table_is_the_benchmark_run():
         assert (speed.strip("*"), loss) == (bold_ratio(run[5]), run[7].split(" ")[0])
         assert fp16 == bold_ratio(mlp[(link, hosts, "fp16")][5])
         assert cnn_speed == bold_ratio(cnn[(link, hosts, "powersgd")][5])
+
+
+# --- the performance article (vignettes/articles/performance.Rmd) ------------------------------
+
+def _bench(name: str) -> dict:
+    import json
+
+    return json.loads((ROOT / "bench" / name).read_text())
+
+
+def _row_ratio(name: str, prefix: str) -> float:
+    return next(r["ratio"] for r in _bench(name)["rows"] if r["benchmark"].startswith(prefix))
+
+
+def _median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def _arm_speed(job: str, arm: str) -> float:
+    arms = _bench("results-hosts.json")["netbound"][job]["arms"]
+    return _median([a / b for a, b in zip(arms["fp32"]["step_ms"], arms[arm]["step_ms"])])
+
+
+def _overlap(job: str) -> float:
+    rounds = _bench("results-overlap.json")["runs"][job]["per_round"]
+    return _median([a / b for a, b in zip(rounds["one"], rounds["packs"])])
+
+
+# The article's headline table, row by row (the start of its first cell): where each quoted
+# ratio comes from. The two rows quoted from .md reports with no JSON are checked against them.
+PERFORMANCE_ROWS = {
+    "R-driven fit": lambda: [_row_ratio("results.json", "1.")],
+    "Keras 3 `multi_worker_mirrored` (ours) vs legacy": lambda: [_row_ratio("results-scaling.json", "2.")],
+    "the same, compute-heavier CNN, 128 per replica (2026-11-24) | **2.35**":
+        lambda: [_row_ratio("results-scaling.json", "7b.")],
+    "Our parameter-server trainer": lambda: [_row_ratio("results.json", "3.")],
+    "2 workers vs 1 process, each pinned": lambda: [_row_ratio("results-scaling.json", "4a.")],
+    "the same, compute-heavier CNN, 128 per replica (2026-11-24) | **1.85**":
+        lambda: [_row_ratio("results-scaling.json", "7a.")],
+    "the small CNN in blocks of 4": lambda: [_row_ratio("results-scaling.json", "8a.")],
+    "the compute-heavier CNN in blocks of 4": lambda: [_row_ratio("results-scaling.json", "8b.")],
+    "`mirrored`, 2 logical CPUs": lambda: [_row_ratio("results.json", "4b.")],
+    "Start-up, `launch()`": lambda: [_row_ratio("results.json", "5.")],
+    "R generator": lambda: [_row_ratio("results-generator.json", "6a.")],
+    "Backups every 10 steps": lambda: [_bench("results-healing.json")["ratios"]["save_freq=10 / none"]],
+    "Kill to training again": lambda: [_bench("results-healing.json")["ratios"]["recovery / startup"]],
+    "A watched launched job": lambda: [_bench("results-watching.json")["ratios"]["watched / unwatched"]],
+    "Building and compiling a small CNN": lambda: [float(re.search(
+        r"Ratio \(R values / plain\), median of the rounds: \*\*([\d.]+)\*\*",
+        (ROOT / "bench" / "results-rvalues.md").read_text()).group(1))],
+    "`gradient_compression=\"fp16\"` vs 32 bits": lambda: [_arm_speed("100mbit/2", "fp16")],
+    "the same on 4 hosts": lambda: [_arm_speed("100mbit/4", "fp16")],
+    "`gradient_compression=\"powersgd\"`": lambda: [_arm_speed("100mbit/2", "powersgd")],
+    "Packs (the default": lambda: [_overlap("conv_head/100mbit/2")],
+    "2 workers vs 1 process, small CNN / compute-heavier CNN, after the compression code":
+        lambda: [_row_ratio("results-compression-off.json", "4a."),
+                 _row_ratio("results-compression-off.json", "7a.")],
+    "The ring model fitted on 2 hosts": lambda: [float(re.search(
+        r"\| 100mbit \| 10\.6 MB \| [\d,.]+ \| ([\d,.]+) \| ([\d,.]+) \|",
+        (ROOT / "bench" / "results-hosts.md").read_text()).group(2).replace(",", "")) / float(
+        re.search(r"\| 100mbit \| 10\.6 MB \| [\d,.]+ \| ([\d,.]+) \|",
+                  (ROOT / "bench" / "results-hosts.md").read_text()).group(1).replace(",", ""))],
+}
+
+
+def test_performance_article_quotes_the_benchmark_runs():
+    article = (ROOT / "vignettes" / "articles" / "performance.Rmd").read_text()
+    rows = [line for line in article.splitlines() if line.startswith("| ")][1:]
+    rows = rows[:rows.index(next(r for r in rows if r.startswith("| Link, hosts")))]
+    assert len(rows) == len(PERFORMANCE_ROWS), [r[:40] for r in rows]
+    for key, source in PERFORMANCE_ROWS.items():
+        row = next((r for r in rows if r[2:].startswith(key) or key in r), None)
+        assert row is not None, f"no row starts with {key!r}"
+        quoted = re.search(r"\*\*([\d.]+(?: / [\d.]+)*)\*\*", row).group(1).split(" / ")
+        measured = source()
+        for shown, value in zip(quoted, measured, strict=True):
+            digits = len(shown.split(".")[1])
+            assert shown == f"{value:.{digits}f}", (key, shown, value)
+
+
+def test_performance_article_compression_table_is_the_benchmark_run():
+    article = (ROOT / "vignettes" / "articles" / "performance.Rmd").read_text()
+    rows = table_rows(article, "| Link, hosts | Examples/s")
+    assert len(rows) == 5, rows
+    for link_hosts, packs, fp16, bf16, powersgd, _ in rows:
+        link, hosts = link_hosts.split(", ", 1)
+        link = {"100 Mbit/s": "100mbit", "1 Gbit/s": "1gbit"}.get(link, link)
+        job = link + "/" + hosts.split()[0]
+        for shown, arm in ((packs, "packs"), (bold_ratio(fp16), "fp16"), (bf16, "bf16"),
+                           (powersgd, "powersgd")):
+            assert shown == f"{_arm_speed(job, arm):.2f}", (link_hosts, arm, shown)
+

@@ -181,6 +181,11 @@ def start_local_ray(num_cpus: int = 2, **init_options):
     try:
         init_options.setdefault("include_dashboard", False)
         init_options.setdefault("log_to_driver", False)
+        # A new Ray of our own: without an address, ray.init() joins whatever Ray was started
+        # last on this machine (/tmp/ray/ray_current_cluster), someone else's included, and
+        # then refuses num_cpus ("When connecting to an existing cluster, num_cpus and num_gpus
+        # must not be provided").
+        init_options.setdefault("address", "local")
         return ray.init(num_cpus=num_cpus, **init_options)
     finally:
         if saved is None:

@@ -1,0 +1,270 @@
+"""Build the documentation site: pkgdown for the R package, pdoc for the Python API, one navbar.
+
+    python scripts/docsite.py [SITE_DIR]        # what `make docs` runs (default: site/)
+
+The site is built from a staged copy of the R package (rpkg/ with its vignettes, and the home
+page made from README.md with its links turned into the site's), so that knitting writes
+nothing into the source tree. Its parts, in the order `build()` runs them:
+
+1. ``init``: pkgdown's assets and the Bootstrap theme;
+2. ``render_articles``: every vignette and article, each knitted by pkgdown in a fresh R
+   process, two at a time, those that run the most cluster jobs first. This is the expensive
+   part (the tutorials start real multi-process TensorFlow clusters, SLURM and Ray jobs);
+   ``make test`` renders them once, through the same function, and the vignette test and the
+   browser test both read that one render (tests/docs/conftest.py);
+3. ``finish``: home, the R reference (every example runs), the articles index, the
+   changelog, the search index, and the Python API reference under python/ (pdoc), with a bar
+   of links back to the rest of the site.
+
+A failing step raises ``SiteError`` with the step's output; so does any R warning, so the site
+builds with no warning or not at all.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RPKG = ROOT / "rpkg"
+VIGNETTES = ROOT / "vignettes"
+# The tutorials that run the most cluster jobs start first, so that the two parallel renders
+# end near together (tests/r/test_vignettes.py measured the order).
+LONGEST = ("multi-worker", "running-on-a-cluster", "data-bigger-than-memory")
+RENDER_TIMEOUT = 900
+
+
+class SiteError(RuntimeError):
+    pass
+
+
+def article_names(pkg: Path) -> list[str]:
+    """pkgdown's names of every article of the staged package ``pkg``: the package vignettes
+    (``multi-worker``), then the web-only articles under vignettes/articles/
+    (``articles/performance``)."""
+    names = sorted(p.stem for p in (pkg / "vignettes").glob("*.Rmd"))
+    names += sorted(f"articles/{p.stem}" for p in (pkg / "vignettes" / "articles").glob("*.Rmd"))
+    return names
+
+
+def r_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("R_LIBS", str(ROOT / ".rlib"))
+    env.setdefault("RETICULATE_PYTHON", sys.executable)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # The performance article draws its charts from the benchmarks' result files.
+    env["TFDISTRIBUTED_BENCH"] = str(ROOT / "bench")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+# --- the staged package --------------------------------------------------------------------
+
+# README links to files of the repository, and the site pages they become.
+SITE_LINKS = [
+    (re.compile(r"\]\(vignettes/articles/([\w-]+)\.Rmd(#[\w-]+)?\)"), r"](articles/\1.html\2)"),
+    (re.compile(r"\]\(vignettes/([\w-]+)\.Rmd(#[\w-]+)?\)"), r"](articles/\1.html\2)"),
+    (re.compile(r"\]\(rpkg/NEWS\.md\)"), "](news/index.html)"),
+    (re.compile(r"\]\(CONFORMANCE\.md\)"), "](articles/conformance.html)"),
+]
+# Any other link to a file of the repository has no page on the site: its text stays.
+OTHER_FILE_LINK = re.compile(r"\[([^\]]+)\]\((?![a-z]+://|#|articles/|news/)[^)\s]+\)")
+
+
+def home_page(readme: str) -> str:
+    """README.md as the site's home page: links to vignette sources become links to their
+    articles, NEWS.md the changelog, CONFORMANCE.md its article; other files of the repository
+    are named, not linked."""
+    for pattern, replacement in SITE_LINKS:
+        readme = pattern.sub(replacement, readme)
+    return OTHER_FILE_LINK.sub(r"\1", readme)
+
+
+def conformance_article(markdown: str) -> str:
+    """CONFORMANCE.md (which the conformance test writes) as an article: its first heading
+    becomes the title."""
+    heading, body = markdown.split("\n", 1)
+    title = heading.lstrip("# ").strip().replace('"', '\\"')
+    return (f'---\ntitle: "{title}"\ndescription: >\n  Every Keras feature under every strategy, '
+            f'as the conformance test found it.\n---\n{body}')
+
+
+def stage(work: Path) -> Path:
+    """A copy of rpkg/ to build from (vignettes copied, not linked; no tests), with
+    pkgdown/index.md made from README.md and the conformance matrix as an article."""
+    pkg = work / "tfdistributed"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    shutil.copytree(RPKG, pkg, symlinks=False,
+                    ignore=shutil.ignore_patterns("tests", "..Rcheck", "*.Rcheck"))
+    (pkg / "pkgdown" / "index.md").write_text(home_page((ROOT / "README.md").read_text()))
+    # With a logo and no favicons, pkgdown asks realfavicongenerator.net to make them: the
+    # pages use the SVG logo as their icon instead (pkgdown/templates/head.html).
+    (pkg / "pkgdown" / "favicon").mkdir(exist_ok=True)
+    (pkg / "vignettes" / "articles" / "conformance.Rmd").write_text(
+        conformance_article((ROOT / "CONFORMANCE.md").read_text()))
+    return pkg
+
+
+# --- R --------------------------------------------------------------------------------------
+
+def _pkg_expr(pkg: Path, dest: Path) -> str:
+    return (f'pkg <- pkgdown::as_pkgdown("{pkg}", override = list(destination = "{dest}"))\n')
+
+
+def rscript(code: str, what: str, timeout: float = RENDER_TIMEOUT) -> str:
+    """Run R code in a fresh Rscript; its warnings are errors (the site builds without any).
+    pkgdown is told there is no internet: it would ask CRAN whether the package is there (it
+    is not), and this machine reaches no CRAN."""
+    run = subprocess.run(["Rscript", "-e", "options(warn = 2, pkgdown.internet = FALSE)", "-e", code],
+                         cwd=ROOT,
+                         env=r_env(), capture_output=True, text=True, timeout=timeout)
+    output = run.stdout + run.stderr
+    if run.returncode != 0:
+        raise SiteError(f"{what} failed (Rscript exit status {run.returncode}):\n{output[-6000:]}")
+    return output
+
+
+def init(pkg: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    rscript(_pkg_expr(pkg, dest) + "pkgdown::init_site(pkg)", "pkgdown::init_site")
+
+
+def render_article(pkg: Path, dest: Path, name: str) -> str:
+    return rscript(_pkg_expr(pkg, dest) + f'pkgdown::build_article("{name}", pkg, quiet = TRUE)',
+                   f"rendering the article {name}")
+
+
+def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
+                    jobs: int = 2) -> dict[str, str]:
+    """Knit every article (or ``names``), ``jobs`` at a time; the failures by name (their
+    output), empty when every article rendered."""
+    names = article_names(pkg) if names is None else names
+    order = sorted(names, key=lambda name: name not in LONGEST)
+    failures = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        runs = {name: pool.submit(render_article, pkg, dest, name) for name in order}
+        for name, run in runs.items():
+            try:
+                run.result()
+            except (SiteError, subprocess.TimeoutExpired) as e:
+                failures[name] = str(e)[-6000:]
+    return failures
+
+
+FINISH = """
+pkgdown::build_home(pkg, preview = FALSE)
+pkgdown::build_reference(pkg, examples = TRUE, devel = FALSE, preview = FALSE)
+pkgdown::build_articles_index(pkg)
+pkgdown::build_news(pkg, preview = FALSE)
+pkgdown::build_search(pkg)
+"""
+
+
+def site_url(pkg: Path) -> str:
+    match = re.search(r"^url:\s*(\S+)", (pkg / "_pkgdown.yml").read_text(), re.M)
+    return match.group(1).rstrip("/") + "/" if match else ""
+
+
+def relative_links(dest: Path, url: str) -> None:
+    """Links to the site's own address (help pages and the home page's sidebar link to it; the
+    404 page loads everything from it) made relative, so that they lead into this copy of the site: the address is a placeholder
+    until the project publishes one."""
+    if not url:
+        return
+    pattern = re.compile(r'(href|src)="' + re.escape(url) + r'([^"]*)"')
+    for page in dest.rglob("*.html"):
+        text = page.read_text()
+        if url not in text:
+            continue
+        up = "../" * (len(page.relative_to(dest).parts) - 1)
+        page.write_text(pattern.sub(lambda m: f'{m.group(1)}="{up}{m.group(2) or "index.html"}"',
+                                    text))
+
+
+def finish(pkg: Path, dest: Path) -> None:
+    """Everything but the articles: home, R reference (its examples run), articles index,
+    changelog, search index; then the Python API reference."""
+    rscript(_pkg_expr(pkg, dest) + FINISH, "pkgdown (home, reference, news, search)")
+    python_api(dest)
+    relative_links(dest, site_url(pkg))
+
+
+# --- Python ---------------------------------------------------------------------------------
+
+PYTHON_PACKAGE = ROOT / "pybackend" / "tfdistributed"
+
+
+def python_modules() -> list[str]:
+    """The package and each of its public subpackages and modules: each is documented as its
+    own ``__all__`` says (the package's alone would hide the subpackages)."""
+    children = sorted(p.stem if p.suffix == ".py" else p.name for p in PYTHON_PACKAGE.iterdir()
+                      if not p.name.startswith("_")
+                      and (p.suffix == ".py" or (p / "__init__.py").exists()))
+    return ["tfdistributed"] + [f"tfdistributed.{name}" for name in children]
+
+
+def python_api(dest: Path) -> None:
+    """The Python API reference (pdoc) under python/, its pages carrying the site's navbar."""
+    out = dest / "python"
+    if out.exists():
+        shutil.rmtree(out)
+    env = r_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "pybackend"),
+                                                      env.get("PYTHONPATH")]))
+    # The docstrings are markdown with reST's ``literals`` and :func:`roles` and Google-style
+    # Args/Returns/Raises sections: pdoc's "google" format reads all three.
+    run = subprocess.run(
+        [sys.executable, "-m", "pdoc",
+         "--output-directory", str(out),
+         "--template-directory", str(ROOT / "scripts" / "pdoc"), "--docformat", "google",
+         "--footer-text", "tfdistributed Python API", *python_modules()],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0 or "Warn" in run.stderr:
+        raise SiteError(f"pdoc failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}")
+
+
+# --- all of it ------------------------------------------------------------------------------
+
+def build(dest: Path, work: Path | None = None) -> None:
+    """The whole site into ``dest``, from nothing (a previous site there is removed first, so
+    no page of a removed article or topic stays behind)."""
+    dest = dest.resolve()
+    if dest.exists():
+        if not (dest / "pkgdown.yml").exists():
+            raise SiteError(f"{dest} exists and is not a site built by pkgdown: not touching it")
+        shutil.rmtree(dest)
+    work = (work or dest.parent / ".site-build").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    pkg = stage(work)
+    print(f"building the site into {dest}", flush=True)
+    init(pkg, dest)
+    names = article_names(pkg)
+    print(f"rendering {len(names)} articles, 2 at a time (the tutorials run real clusters: "
+          f"minutes)", flush=True)
+    failures = render_articles(pkg, dest, names)
+    if failures:
+        raise SiteError("\n\n".join(f"--- {name} ---\n{out}" for name, out in failures.items()))
+    print("home, R reference (running its examples), changelog, search, Python API", flush=True)
+    finish(pkg, dest)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"site: {dest}/index.html", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    dest = Path(argv[0]) if argv else ROOT / "site"
+    try:
+        build(dest)
+    except SiteError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
