@@ -168,4 +168,8 @@ def test_cluster_tutorial_trains_in_lock_step_on_every_engine(rendered):
     # workers.
     assert text.count("same_weights(out)\n#> [1] TRUE") == 3
     accuracies = [float(a) for a in re.findall(r"multi_worker_mirrored 0 of 2: test accuracy ([\d.]+)", text)]
-    assert len(accuracies) == 3 and all(a >= 0.8 for a in accuracies), accuracies
+    # srun, sbatch and Ray, then the same script with PowerSGD on 2 workers of this computer
+    # (176 steps of a tiny model, 20 of them in 32 bits: a few points lower, said on the page).
+    assert len(accuracies) == 4 and all(a >= 0.8 for a in accuracies[:3]), accuracies
+    assert accuracies[3] >= 0.7, accuracies
+    assert "same_weights(low_rank_dir)\n#> [1] TRUE" in text

@@ -202,6 +202,9 @@ def _backup_and_restore_class():
             # Set by a SIGTERM while tfdistributed.fit trains (watching_preemption).
             self.preempted = False
             self._skip_until = 0
+            # "Preempted: ..." when the backup of an epoch's last step found a notice: the job
+            # stops once that epoch has ended (_stop_after_epoch).
+            self._stop_after_epoch = None
             # Steps of the current epoch a backup holds (Keras' "batch" cannot say: it is 0 both
             # after an epoch and after its first step).
             self._steps_done = 0
@@ -217,6 +220,8 @@ def _backup_and_restore_class():
                 recorder.note("resume", resumed, self._skip_until, (self.params or {}).get("steps"))
 
         def on_epoch_begin(self, epoch, logs=None):
+            if self._stop_after_epoch:
+                _exit_preempted(self._stop_after_epoch)
             # Keras counts the epoch it writes in its metadata from 0 in every fit() and moves it
             # on at each epoch's end only: a resumed job's step backups would say epoch 0.
             self._current_epoch = epoch
@@ -234,7 +239,15 @@ def _backup_and_restore_class():
             if self._should_save_on_batch(batch):
                 self._steps_done = batch + 1
                 self._save_model()
-                self._stop_if_preempted()
+                if self._steps_done == (self.params or {}).get("steps"):
+                    # The epoch's last step: its validation and its logs (the History, a
+                    # CSVLogger, the launcher's record of the job's history) come at its end. A
+                    # stop here would lose them all: the restart resumes at the next epoch. Stop
+                    # once every callback has ended the epoch (when training ends there, it
+                    # simply ends).
+                    self._stop_after_epoch = _preempted(self)
+                else:
+                    self._stop_if_preempted()
 
         def _stop_if_preempted(self):
             _stop_if_preempted(self)
@@ -280,12 +293,24 @@ def _stop_if_preempted(callback) -> None:
     when it is built) from inside its run() wrapper: a second backup, beside the Keras one
     fit() resumes from, that could disagree with it.
     """
+    said = _preempted(callback)
+    if said:
+        _exit_preempted(said)
+
+
+def _preempted(callback) -> str | None:
+    """At a backup, just written: what to say if any worker was told to stop, else None (the
+    workers agree: see :func:`_stop_if_preempted`)."""
     if not _anyone(callback.model, callback.preempted):
-        return
+        return None
     done, epoch = callback._steps_done, callback._current_epoch
     where = f"after step {done} of epoch {epoch + 1}" if done else f"at the end of epoch {epoch}"
-    print(f"Preempted: backed up {where}; exiting with status {PREEMPTED_EXIT_CODE} to be "
-          f"restarted", flush=True)
+    return (f"Preempted: backed up {where}; exiting with status {PREEMPTED_EXIT_CODE} to be "
+            f"restarted")
+
+
+def _exit_preempted(said: str) -> None:
+    print(said, flush=True)
     raise SystemExit(PREEMPTED_EXIT_CODE)
 
 

@@ -367,20 +367,56 @@ def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tm
     # Both workers went on to the next backup, wrote it and stopped there; the restart trained
     # on from the next step: no step trained twice. (The step logger, which sends the signal,
     # runs after the backup callback: a notice at a backup step waits for the next backup, and
-    # the step backed up, where the backup callback exits, is not in the log.)
+    # the step backed up, where the backup callback exits, is not in the log; at an epoch's
+    # last step the workers stop once the epoch has ended, and it is.)
     backed_up = (stop_at // SAVE_FREQ + 1) * SAVE_FREQ
+    logged = backed_up + 1 if backed_up % EPOCH == 0 else backed_up
     for task in ("worker-0", "worker-1"):
         resumed = report(outdir, task)
-        assert resumed["trained"] == {0: list(range(1, backed_up)),
+        assert resumed["trained"] == {0: list(range(1, logged)),
                                       1: list(range(backed_up + 1, STEPS + 1))}, stop_at
         assert_same_weights(resumed["weights"], uninterrupted["weights"])
+    assert len(result.history["loss"]) == 2, (stop_at, result.history)  # every epoch, once
     said = f"Preempted: backed up after step {(backed_up - 1) % EPOCH + 1} of epoch " \
            f"{(backed_up - 1) // EPOCH + 1}; exiting with status 75 to be restarted"
     assert {f"[worker 0] {said}", f"[worker 1] {said}"} <= set(lines)
     assert f"[tfdistributed] worker 1 was preempted (exit status 75) on attempt 1 of 2 " \
            f"({said}); restarting the job" in lines or \
            f"[tfdistributed] worker 0 was preempted (exit status 75) on attempt 1 of 2 " \
-           f"({said}); restarting the job" in lines
+           f"({said}); restarting the job" in lines, "\n".join(lines)[-4000:]
+
+
+def test_a_notice_at_an_epochs_last_backup_stops_after_the_epoch_has_ended(tmp_path):
+    """The backup of an epoch's last step is where the restart resumes at the next epoch: a stop
+    there, before the epoch's end, lost the epoch's logs (validation, the History, a CSVLogger,
+    the launcher's record: a job's history one epoch short). The task stops once the epoch has
+    ended."""
+    import signal
+
+    import keras
+
+    from models import digits_model
+
+    class NoticeAtStep17(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == 17:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    x, y = x[:EXAMPLES], y[:EXAMPLES]
+    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
+    log = tmp_path / "epochs.csv"
+    history = keras.callbacks.History()
+    with pytest.raises(SystemExit) as stopped:
+        tfd.fit(model, x, y, epochs=2, batch_size=64, shuffle=False, verbose=0,
+                validation_data=(xt, yt), backup_dir=tmp_path / "b", save_freq=SAVE_FREQ,
+                callbacks=[NoticeAtStep17(), keras.callbacks.CSVLogger(str(log)), history])
+    assert stopped.value.code == tfd.PREEMPTED_EXIT_CODE
+    assert int(model.optimizer.iterations.numpy()) == EPOCH  # the epoch's last step, backed up
+    assert history.epoch == [0] and "val_loss" in history.history
+    assert len(log.read_text().strip().splitlines()) == 2  # header and epoch 0
+    assert json.loads((tmp_path / "b" / "training_metadata.json").read_text()) == \
+        {"epoch": 0, "batch": EPOCH - 1, "steps_done": EPOCH}
 
 
 def test_in_one_process_a_sigterm_backs_up_and_exits_with_the_preemption_code(tmp_path):

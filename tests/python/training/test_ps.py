@@ -35,13 +35,21 @@ def _run_chief(outdir, mode, *args, **launch_kwargs):
         return json.load(f)
 
 
+# Daemons of the session's engines, which a test module run earlier on this pytest worker may
+# have started (pytest-xdist): they live until the session ends.
+SESSION_DAEMONS = {"munged", "slurmctld", "slurmd", "slurmstepd"}
+
+
 def _leftovers():
     import psutil
 
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if any("tfdistributed" in part or "ps_train" in part for part in p.cmdline()):
+            command = p.cmdline()
+            if command and os.path.basename(command[0]) in SESSION_DAEMONS:
+                continue  # the session's local SLURM (conftest.slurm_cluster), not this test's
+            if any("tfdistributed" in part or "ps_train" in part for part in command):
                 found.append((p.pid, p.cmdline()))
         except psutil.Error:
             continue
