@@ -7,7 +7,8 @@ export RETICULATE_PYTHON := $(PY)
 # Keep TensorFlow's C++ start-up chatter out of test and demo logs.
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST_ARGS ?=
-# pytest-xdist: each test file runs whole on one worker (--dist loadscope). The
+# pytest-xdist: each test file runs whole on one worker (--dist loadscope), the costliest files
+# first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). The
 # cluster jobs wait much of the time (joins, grace periods, schedulers, timeouts), so 3 workers
 # keep both cores busy; make check's tests are mostly single-process, 2 workers suffice.
 TEST_WORKERS ?= 3
@@ -24,13 +25,13 @@ demo: setup
 	@$(PY) scripts/quiet.py .logs/demo.log -- $(PY) -m tfdistributed.demo
 
 test: setup
-	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=0 $(PYTEST_ARGS)
+	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 $(PYTEST_ARGS)
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
 # suite or build (pytest markers `cluster` and `slow`): 621 tests, 2 min 23 s of pytest on this
 # 2-core machine, 2026-11-25. `make test` stays the full suite (1,024 tests, 32-41 min).
 check: setup
-	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope -m "not cluster and not slow" $(PYTEST_ARGS)
+	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)
 
 # The documentation site (pkgdown for R, pdoc for Python) into site/: the tutorials run real
 # clusters while they are knitted, so this takes minutes. make test renders them once and checks
