@@ -200,7 +200,10 @@ load_tfds <- function(name, split = "train", data_dir = NULL, shard_policy = NUL
 #' scikit-learn's 1797 handwritten digits, split into train and test with a
 #' seeded, stratified split. `digits_data()` returns R arrays;
 #' `write_digits_tfds()` writes them as a real TFDS dataset (`"sklearn_digits"`,
-#' images 8x8x1 uint8, labels 0-9) for [load_tfds()].
+#' images 8x8x1 uint8, labels 0-9) for [load_tfds()]. The split is kept in
+#' the user's cache directory (`TFDISTRIBUTED_CACHE`, or `~/.cache/tfdistributed`;
+#' `TFDISTRIBUTED_CACHE = ""` keeps nothing), so that the tasks of a job do not
+#' each import scikit-learn again.
 #'
 #' @param test_fraction Fraction of images in the test split.
 #' @param seed Seed of the split.
