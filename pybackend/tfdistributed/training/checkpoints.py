@@ -15,7 +15,8 @@ that is deleted afterwards.
   :func:`tfdistributed.fit` resumes in the middle of an epoch (:func:`resume_point`), where
   Keras would redo the whole epoch (keras-team/keras#19179). While :func:`tfdistributed.fit`
   trains, a SIGTERM (a preemption notice) makes every worker stop at the next backup, once it
-  is written, with :data:`~tfdistributed.PREEMPTED_EXIT_CODE` (:func:`watching_preemption`).
+  is written, with :data:`~tfdistributed.PREEMPTED_EXIT_CODE` (:func:`watching_preemption`);
+  at a backup of an epoch's last step, once the epoch has ended (its logs are the history's).
 - :func:`safe_callbacks`: what :func:`tfdistributed.fit` applies to the callbacks it is given, so
   ``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard`` and ``CSVLogger`` of non-chief
   workers write to temporary paths that are removed when training ends.
