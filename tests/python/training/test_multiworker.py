@@ -3,6 +3,14 @@
 Each job is two OS processes with their own TF_CONFIG, started by tfdistributed.launch. The
 same job without our Keras 3 repairs fails: that is what proves the repairs are what make it
 work (and tells us when upstream fixes the defects).
+
+A job costs each of its workers seconds of CPU to import TensorFlow and Keras and to join the
+cluster, more than most of the training it runs. So the jobs that succeed with every repair
+run as the variants of one job (``shared_job``: the script trains them in turn in the same
+two processes, each written apart, see mwms_digits.py), and each test asserts on its variant.
+A job keeps its own processes when it needs them: a repair switched off
+(``TFDISTRIBUTED_DISABLE_COMPAT`` is read when Keras is imported), or a failure that ends the
+job (the test asserts the launcher's LaunchError, and what the tasks printed before it).
 """
 
 import json
@@ -17,10 +25,13 @@ from tfdistributed.training import compat
 pytestmark = pytest.mark.cluster
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "mwms_digits.py")
 TIMEOUT = 240
+# The shared job trains 14 models in turn, each of which had a job (and TIMEOUT) of its own.
+SHARED_TIMEOUT = 900
+VARIANT_MARK = "mwms_digits variant"  # the script's lines around each variant's output
 
 
-def run_job(outdir, *args, env=None, workers=2):
-    return tfd.launch(SCRIPT, workers=workers, args=[str(outdir), *args], timeout=TIMEOUT,
+def run_job(outdir, *args, env=None, workers=2, timeout=TIMEOUT):
+    return tfd.launch(SCRIPT, workers=workers, args=[str(outdir), *args], timeout=timeout,
                       env=env, echo=False)
 
 
@@ -37,11 +48,76 @@ def read_outputs(outdir):
     return out
 
 
+# The busy model's job (busy_jobs): one variant of the shared job, and two jobs of their own.
+BUSY = ["--model", "busy", "--epochs", "2", "--examples", "1000", "--validation-split", "0.2"]
+
+
+def shared_variants(digits_tfds_dir):
+    """The shared job's variants, in the order it trains them: {name: the script's options}."""
+    tfds = ["--source", "tfds", "--data-dir", digits_tfds_dir]
+    return {
+        # First, as in a job of its own: busy_jobs compares it with the apart and read_back
+        # jobs, which run it alone, down to the number of eager all-reduces.
+        "busy": BUSY,
+        "three_epochs": ["--epochs", "3"],
+        "tfds-data": [*tfds, "--policy", "data", "--epochs", "2"],
+        "tfds-auto": [*tfds, "--policy", "auto", "--epochs", "2"],
+        "last_batch": ["--epochs", "2", "--examples", "1345"],
+        **{f"spe-{examples}-{keras_fit}": [
+            "--epochs", "2", "--examples", str(examples), "--steps-per-execution", "4",
+            *(["--keras-fit"] if keras_fit else [])] for examples, keras_fit in SPE_VARIANTS},
+        "float64": ["--epochs", "2", "--examples", "1345", "--floatx", "float64"],
+        **{f"{compression}-{keras_fit}": [
+            "--epochs", "2", "--examples", "1345", "--compression", compression,
+            *(["--keras-fit"] if keras_fit else [])] for compression, keras_fit in COMPRESSED},
+        "packs": ["--epochs", "2", "--examples", "1345", "--bytes-per-pack", "1024"],
+        "powersgd": ["--epochs", "2", "--examples", "1345", "--compression", "powersgd",
+                     "--powersgd", "2,5", "--dtype-policy", "mixed_float16"],
+    }
+
+
 @pytest.fixture(scope="module")
-def two_worker_job(tmp_path_factory):
-    outdir = tmp_path_factory.mktemp("mwms")
-    result = run_job(outdir, "--epochs", "3")
-    return result, read_outputs(outdir)
+def shared_job(tmp_path_factory, digits_tfds_dir):
+    """One 2-worker job that trains every variant of :func:`shared_variants` in turn, with
+    every repair: ``(outdir, launch result, launch error)``; each variant's outputs are in
+    ``outdir/<name>``, read by :func:`shared_variant`."""
+    outdir = tmp_path_factory.mktemp("shared")
+    variants = outdir / "variants.json"
+    variants.write_text(json.dumps(shared_variants(str(digits_tfds_dir))))
+    try:
+        return outdir, run_job(outdir, "--variants", str(variants), timeout=SHARED_TIMEOUT), None
+    except tfd.LaunchError as e:
+        return outdir, None, e
+
+
+def shared_variant(shared_job, name):
+    """The shared job's launch result and variant ``name``'s outputs (as :func:`read_outputs`);
+    the test fails with the variant's own error when a worker raised one in it, else with the
+    job's when the job failed."""
+    outdir, result, error = shared_job
+    variant = outdir / name
+    for failed in sorted(variant.glob("*.error")):
+        pytest.fail(f"Variant {name!r} of the shared job failed on {failed.stem}:\n"
+                    f"{failed.read_text()}", pytrace=False)
+    if error is not None:
+        written = sorted(p.name for p in variant.glob("*.json")) if variant.exists() else []
+        pytest.fail(f"The shared job failed (variant {name!r} wrote {written or 'nothing'}): "
+                    f"{error}", pytrace=False)
+    return result, read_outputs(variant)
+
+
+def section(lines, name):
+    """The lines a task printed while it trained variant ``name`` of the shared job."""
+    lines = list(lines)
+    begin = [i for i, line in enumerate(lines) if line.strip() == f"{VARIANT_MARK} {name} begins"]
+    end = [i for i, line in enumerate(lines) if line.strip() == f"{VARIANT_MARK} {name} ends"]
+    assert len(begin) == len(end) == 1 and begin[0] < end[0], (name, begin, end)
+    return lines[begin[0] + 1:end[0]]
+
+
+@pytest.fixture
+def two_worker_job(shared_job):
+    return shared_variant(shared_job, "three_epochs")
 
 
 def test_fit_then_evaluate_succeed_on_both_workers(two_worker_job):
@@ -55,7 +131,8 @@ def test_fit_then_evaluate_succeed_on_both_workers(two_worker_job):
         assert len(losses) == 3 and losses[-1] < losses[0]
         assert report["metrics"]["accuracy"] > 0.85
     # Both workers print their own progress, prefixed by the launcher.
-    assert any("Epoch 3/3" in line for line in result.task("worker", 1).output)
+    assert any("Epoch 3/3" in line for line in section(result.task("worker", 1).output,
+                                                          "three_epochs"))
 
 
 def test_workers_end_with_identical_weights(two_worker_job):
@@ -80,6 +157,7 @@ def test_installed_keras_still_has_the_defect(name):
     ("reduce_per_replica", "Invalid reduction dimension 0 for input with 0 dimensions"),
 ])
 def test_same_job_fails_without_the_repair(tmp_path, disabled, symptom):
+    # A job of its own: the repair is switched off when Keras is imported, and the job fails.
     with pytest.raises(tfd.LaunchError) as info:
         run_job(tmp_path, "--epochs", "1", env={"TFDISTRIBUTED_DISABLE_COMPAT": disabled})
     output = "\n".join(line for t in info.value.results for line in t.output)
@@ -87,6 +165,7 @@ def test_same_job_fails_without_the_repair(tmp_path, disabled, symptom):
 
 
 def test_one_file_split_file_policy_fails_fast_with_our_message(tmp_path, digits_tfds_dir):
+    # A job of its own: the failure ends the job, before any epoch of any task.
     with pytest.raises(tfd.LaunchError) as info:
         run_job(tmp_path, "--source", "tfds", "--data-dir", digits_tfds_dir, "--policy", "file")
     message = str(info.value)
@@ -96,22 +175,21 @@ def test_one_file_split_file_policy_fails_fast_with_our_message(tmp_path, digits
 
 
 @pytest.mark.parametrize("policy", ["data", "auto"])
-def test_one_file_split_trains_with_data_policy(tmp_path, digits_tfds_dir, policy):
+def test_one_file_split_trains_with_data_policy(shared_job, policy):
     """Under "auto" (TensorFlow's default) too: too few files to shard by file means sharding
     by data, said once on each worker; an explicit "data" says nothing."""
-    result = run_job(tmp_path, "--source", "tfds", "--data-dir", digits_tfds_dir, "--policy", policy,
-                     "--epochs", "2")
-    outputs = read_outputs(tmp_path)
+    result, outputs = shared_variant(shared_job, f"tfds-{policy}")
     assert [t.returncode for t in result.tasks] == [0, 0]
     assert outputs["worker-0"]["metrics"]["accuracy"] > 0.8
     for a, b in zip(outputs["worker-0"]["weights"], outputs["worker-1"]["weights"]):
         np.testing.assert_array_equal(a, b)
-    notices = [sum("too few to shard by file: sharded by data" in line for line in task.output)
+    notices = [sum("too few to shard by file: sharded by data" in line
+                   for line in section(task.output, f"tfds-{policy}"))
                for task in result.tasks]
     assert notices == ([1, 1] if policy == "auto" else [0, 0])
 
 
-def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path):
+def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(shared_job):
     # 1345 = 21 global batches of 64 and one of a single example: one worker's share of the
     # last batch is empty. Both workers must still take the same steps and end where one
     # device ends (loss, accuracy, weights), without NaNs from the empty share.
@@ -120,9 +198,8 @@ def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
-    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345")
+    result, outputs = shared_variant(shared_job, "last_batch")
     assert [t.returncode for t in result.tasks] == [0, 0]
-    outputs = read_outputs(tmp_path)
     (x, y), _ = tfd.digits_arrays()
     model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
     history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False,
@@ -137,7 +214,7 @@ def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("examples,keras_fit", [
+SPE_VARIANTS = [
     (1280, False),  # 20 batches of 64: whole blocks of 4, the batches repeat (one iterator)
     # 21 batches, the last of 3 examples split 2 and 1: each epoch ends on a block of 1, read
     # from a finite input. (Not the 1347 digits: there, two replicas' sums in another order move
@@ -146,8 +223,11 @@ def test_a_last_batch_smaller_than_the_replicas_trains_as_on_one_device(tmp_path
     # SGD or Adam(epsilon=1e-3). A property of Adam, not of the distribution.)
     (1283, False),
     (1283, True),   # the user's own model.fit on the arrays
-])
-def test_steps_per_execution_trains_as_on_one_device(tmp_path, examples, keras_fit):
+]
+
+
+@pytest.mark.parametrize("examples,keras_fit", SPE_VARIANTS)
+def test_steps_per_execution_trains_as_on_one_device(shared_job, examples, keras_fit):
     # Keras alone cannot run this on several workers (see the last test). The same number of
     # optimizer steps matters: a step counted but not taken changes Adam's bias correction.
     import sys
@@ -155,10 +235,8 @@ def test_steps_per_execution_trains_as_on_one_device(tmp_path, examples, keras_f
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
-    result = run_job(tmp_path, "--epochs", "2", "--examples", str(examples),
-                     "--steps-per-execution", "4", *(["--keras-fit"] if keras_fit else []))
+    result, outputs = shared_variant(shared_job, f"spe-{examples}-{keras_fit}")
     assert [t.returncode for t in result.tasks] == [0, 0]
-    outputs = read_outputs(tmp_path)
     (x, y), (xt, yt) = tfd.digits_arrays()
     model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
     model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
@@ -185,6 +263,7 @@ def test_steps_per_execution_trains_as_on_one_device(tmp_path, examples, keras_f
     (True, "The data ended inside the first block of 4 steps"),
 ])
 def test_fewer_batches_than_one_block_is_refused_with_the_fix(tmp_path, keras_fit, message):
+    # A job of its own: the failure ends the job (with fit(), before any epoch of any task).
     # 100 digits are 2 batches of 64: Keras has no result for a block that the data ends
     # inside its first pass. fit() says so before training; model.fit when it happens.
     with pytest.raises(tfd.LaunchError) as info:
@@ -196,6 +275,7 @@ def test_fewer_batches_than_one_block_is_refused_with_the_fix(tmp_path, keras_fi
 
 
 def test_steps_per_execution_fails_without_the_repair(tmp_path):
+    # A job of its own: the repair is switched off when Keras is imported, and the job fails.
     with pytest.raises(tfd.LaunchError) as info:
         run_job(tmp_path, "--epochs", "1", "--examples", "1280", "--steps-per-execution", "4",
                 env={"TFDISTRIBUTED_DISABLE_COMPAT": "multi_worker_steps_per_execution"})
@@ -213,18 +293,19 @@ def _step_collectives(report):
 
 
 @pytest.fixture(scope="module")
-def busy_jobs(tmp_path_factory):
+def busy_jobs(shared_job, tmp_path_factory):
     """The busy model (convolutions, batch norm, dropout, L2, clipped Adam with a schedule,
-    3 metrics) with validation_split, on 2 workers: with every repair; with the logs apart from
-    the gradients (logs_with_gradients off); with Keras' read-back assignments
-    (assign_without_read off)."""
-    out = {}
-    for name, env in (("riding", None),
-                      ("apart", {"TFDISTRIBUTED_DISABLE_COMPAT": "logs_with_gradients"}),
+    3 metrics) with validation_split, on 2 workers: with every repair (the shared job's first
+    variant); with the logs apart from the gradients (logs_with_gradients off); with Keras'
+    read-back assignments (assign_without_read off). The last two are jobs of their own: a
+    repair is switched off when Keras is imported."""
+    result, riding = shared_variant(shared_job, "busy")
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    out = {"riding": riding}
+    for name, env in (("apart", {"TFDISTRIBUTED_DISABLE_COMPAT": "logs_with_gradients"}),
                       ("read_back", {"TFDISTRIBUTED_DISABLE_COMPAT": "assign_without_read"})):
         outdir = tmp_path_factory.mktemp(name)
-        result = run_job(outdir, "--model", "busy", "--epochs", "2", "--examples", "1000",
-                         "--validation-split", "0.2", env=env)
+        result = run_job(outdir, *BUSY, env=env)
         assert [t.returncode for t in result.tasks] == [0, 0]
         out[name] = read_outputs(outdir)
     return out
@@ -264,7 +345,7 @@ def test_logs_riding_with_the_gradients_change_no_number(busy_jobs):
     assert riding["worker-0"]["history"]["val_accuracy"][-1] > 0.5
 
 
-def test_a_float64_model_trains_as_on_one_device(tmp_path):
+def test_a_float64_model_trains_as_on_one_device(shared_job):
     # The example counts that weight each worker's gradients travel in their all-reduce, whose
     # tensors must share one dtype: they take the gradients' (float32 counts beside float64
     # gradients failed in TensorFlow's concat).
@@ -275,12 +356,12 @@ def test_a_float64_model_trains_as_on_one_device(tmp_path):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
     from models import digits_model
 
-    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345", "--floatx", "float64")
+    result, outputs = shared_variant(shared_job, "float64")
     assert [t.returncode for t in result.tasks] == [0, 0]
-    outputs = read_outputs(tmp_path)
     (x, y), (xt, yt) = tfd.digits_arrays()
-    # The workers call set_floatx() before any layer exists; in this process Keras has long
-    # fixed its global dtype policy (layers), which set_floatx() (metrics) no longer changes.
+    # Keras fixes its global dtype policy (layers) when the first layer is made, which
+    # set_floatx() (metrics) then no longer changes: as the workers, after the shared job's
+    # earlier variants, this process sets both.
     previous = keras.mixed_precision.dtype_policy(), keras.config.floatx()
     keras.mixed_precision.set_dtype_policy("float64")
     keras.config.set_floatx("float64")
@@ -344,16 +425,16 @@ COMPRESSED_LOSS_RTOL = {"fp16": 1e-3, "bf16": 5e-3}
 COMPRESSED_WEIGHTS_ATOL = {"fp16": 2e-3, "bf16": 0.1}
 
 
-@pytest.mark.parametrize("compression,keras_fit", [("fp16", False), ("bf16", False),
-                                                    ("fp16", True)])
-def test_compressed_gradients_train_as_32_bits_within_tolerance(tmp_path, one_device_1345,
+COMPRESSED = [("fp16", False), ("bf16", False), ("fp16", True)]
+
+
+@pytest.mark.parametrize("compression,keras_fit", COMPRESSED)
+def test_compressed_gradients_train_as_32_bits_within_tolerance(shared_job, one_device_1345,
                                                                 compression, keras_fit):
     # The last batch of 1 example is split 1 and 0: the counts that weight each worker's
     # gradients travel exact (32 bits) beside the 16-bit gradients.
-    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345",
-                     "--compression", compression, *(["--keras-fit"] if keras_fit else []))
+    result, outputs = shared_variant(shared_job, f"{compression}-{keras_fit}")
     assert [t.returncode for t in result.tasks] == [0, 0]
-    outputs = read_outputs(tmp_path)
     history, expected = one_device_1345
     wire = {"fp16": "float16", "bf16": "bfloat16"}[compression]
     for report in outputs.values():
@@ -369,7 +450,7 @@ def test_compressed_gradients_train_as_32_bits_within_tolerance(tmp_path, one_de
         np.testing.assert_array_equal(a, b)
 
 
-def test_gradient_packs_are_several_all_reduces_that_train_as_one(tmp_path, one_device_1345):
+def test_gradient_packs_are_several_all_reduces_that_train_as_one(shared_job, one_device_1345):
     # bytes_per_pack reaches Keras' gradients (TensorFlow alone packs only by the options of
     # the all-reduce call, not the strategy's). The digits model's gradient, last layers first
     # as TensorFlow packs it: the step's logs, the example count and the last layer's 10 + 640
@@ -377,9 +458,8 @@ def test_gradient_packs_are_several_all_reduces_that_train_as_one(tmp_path, one_
     # the train step where one was. The update is the one-device update, within the 2-worker
     # tolerance of CONFORMANCE.md (2 workers sum in another order than one device; packing only
     # changes how many collectives carry the sums).
-    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345", "--bytes-per-pack", "1024")
+    result, outputs = shared_variant(shared_job, "packs")
     assert [t.returncode for t in result.tasks] == [0, 0]
-    outputs = read_outputs(tmp_path)
     history, expected = one_device_1345
     for report in outputs.values():
         assert max(_step_collectives(report)) == 2
@@ -393,15 +473,13 @@ def test_gradient_packs_are_several_all_reduces_that_train_as_one(tmp_path, one_
 
 
 def test_powersgd_gradients_train_identically_on_both_workers_in_mixed_precision(
-        tmp_path, one_device_1345):
+        shared_job, one_device_1345):
     # Rank 2 after 5 steps of warm-up, under mixed_float16 (the loss-scaling optimizer's inner
     # optimizer holds PowerSGD's state), the last batch of 1 example split 1 and 0. Every worker
     # applies the same update; the two compressed all-reduces carry 629 elements where 32 bits
     # carry 4,810 (+ the example count; the logs ride where the loss scale lets them).
-    result = run_job(tmp_path, "--epochs", "2", "--examples", "1345", "--compression",
-                     "powersgd", "--powersgd", "2,5", "--dtype-policy", "mixed_float16")
+    result, outputs = shared_variant(shared_job, "powersgd")
     assert [t.returncode for t in result.tasks] == [0, 0]
-    outputs = read_outputs(tmp_path)
     history, _ = one_device_1345
     for report in outputs.values():
         assert report["info"]["powersgd"]["rank"] == 2
