@@ -1,6 +1,11 @@
 """Users' own Keras programs under strategies: the repairs are in place from `import
 tfdistributed`, each repair is needed (the defect shows without it), the official multi-worker
-tutorial runs unchanged, and launched jobs print readable lines."""
+tutorial runs unchanged, and launched jobs print readable lines.
+
+A fresh process costs a TensorFlow start-up, so what can run in this one does; the others
+cannot share one, and each says why: an import order is a process's own, a repair is switched
+off from the start of a process (TFDISTRIBUTED_DISABLE_COMPAT is read as Keras is repaired),
+and a user's multi-worker program builds its strategy once per process."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
                                    "import keras; import tfdistributed",
                                    "import tfdistributed; import tensorflow as tf; tf.keras.Model"])
 def test_repairs_are_installed_by_the_import_in_either_order(order):
+    # A fresh interpreter each: the order of the first imports is what is tested.
     code = f"{order}\nimport json\nfrom tfdistributed import compat\nprint(json.dumps(compat.status()))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -64,6 +70,8 @@ def _without_repairs():
 @pytest.mark.cluster
 def test_each_single_process_repair_is_needed():
     """The same cells the conformance matrix passes fail or report wrong numbers without them."""
+    # Its own process: these repairs off from its start, and only these (the uneven batches'
+    # test switches another one off).
     disabled = "central_storage_updates,central_storage_metric_assign,clip_after_all_reduce"
     job = tfd.launch(_without_repairs, workers=1, timeout=300, echo=False,
                      env={"TFDISTRIBUTED_DISABLE_COMPAT": disabled})
@@ -91,6 +99,7 @@ def _plain_fit_under_ps():
 
 @pytest.mark.cluster
 def test_plain_model_fit_under_parameter_server_needs_the_routing():
+    # Its own job: a parameter-server cluster, with the routing off from the start.
     job = tfd.launch(_plain_fit_under_ps, workers=1, ps=1, chief=True, timeout=300, echo=False,
                      env={"TFDISTRIBUTED_DISABLE_COMPAT": "strategy_aware_fit"})
     cell = job.values[0]
@@ -99,6 +108,7 @@ def test_plain_model_fit_under_parameter_server_needs_the_routing():
 
 @pytest.mark.cluster
 def test_official_multi_worker_tutorial_runs_unchanged(tmp_path):
+    # Its own job: the user's program, unchanged, builds its strategy (one per process).
     result = tfd.launch(TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False)
     assert [t.returncode for t in result.tasks] == [0, 0]
     with np.load(tmp_path / "worker-0.npz") as a, np.load(tmp_path / "worker-1.npz") as b:
@@ -125,6 +135,7 @@ def test_official_multi_worker_tutorial_runs_unchanged(tmp_path):
 @pytest.mark.cluster
 def test_r_script_with_its_own_strategy_and_model_fit(tmp_path):
     """From R: raw tf$distribute$MultiWorkerMirroredStrategy() and Keras' own model$fit()."""
+    # Its own job: Rscript workers, each building its strategy (one per process).
     result = tfd.launch(R_TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False,
                         env={"R_LIBS": os.path.join(ROOT, ".rlib"), "RETICULATE_PYTHON": sys.executable})
     assert [t.returncode for t in result.tasks] == [0, 0]
@@ -188,35 +199,49 @@ def test_validation_split_holds_out_the_last_rows_as_keras_does(digits):
         np.testing.assert_allclose(h1.history[key], h2.history[key], rtol=1e-6)
 
 
+def _uneven_fits():
+    """Each strategy's losses and weights, fitting the same seeded model on 1345 examples."""
+    import tfdistributed as tfd
+    from models import digits_model
+
+    (x, y), _ = tfd.digits_arrays()
+    out = {}
+    for name in ("default", "mirrored", "central_storage"):
+        model = digits_model(tfd.make_strategy(name), seed=1, learning_rate=0.01)
+        # 1345 = 21 global batches of 64 and one of 1: the last one splits 1 + 0 over 2 replicas.
+        history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False,
+                          verbose=0)
+        out[name] = {"loss": history.history["loss"],
+                     "weights": [w.tolist() for w in model.get_weights()]}
+    return out
+
+
+# The same fits in a fresh process, whose repairs are as TFDISTRIBUTED_DISABLE_COMPAT says.
 _UNEVEN = """
 import json, sys
-import numpy as np
-sys.path.insert(0, {here!r})
+sys.path[:0] = {paths!r}
 import tfdistributed as tfd
-from models import digits_model
 tfd.configure_cpu_devices(2)
-(x, y), _ = tfd.digits_arrays()
-out = {{}}
-for name in ("default", "mirrored", "central_storage"):
-    model = digits_model(tfd.make_strategy(name), seed=1, learning_rate=0.01)
-    # 1345 = 21 global batches of 64 and one of 1: the last one splits 1 + 0 over 2 replicas.
-    history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False, verbose=0)
-    out[name] = {{"loss": history.history["loss"],
-                 "weights": [w.tolist() for w in model.get_weights()]}}
-print(json.dumps(out))
+from test_keras_surface import _uneven_fits
+print(json.dumps(_uneven_fits()))
 """
 
 
-def _uneven_run(disabled=""):
-    proc = subprocess.run([sys.executable, "-c", _UNEVEN.format(here=os.path.join(HERE, "support"))], capture_output=True,
-                          text=True, timeout=300,
-                          env={**os.environ, "TFDISTRIBUTED_DISABLE_COMPAT": disabled})
+def _uneven_fits_without_the_repair():
+    code = _UNEVEN.format(paths=[os.path.join(HERE, "support"),
+                                 os.path.dirname(os.path.abspath(__file__))])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300,
+                          env={**os.environ, "TFDISTRIBUTED_DISABLE_COMPAT": "uneven_batches"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_an_uneven_last_batch_updates_as_one_device_and_needs_the_repair():
-    runs = {"on": _uneven_run(), "off": _uneven_run("uneven_batches")}
+    # With the repair: in this process, which has every repair and 2 CPU devices (a fresh one
+    # cost a TensorFlow start-up). Without it: a fresh process, the repair off from the start.
+    assert compat.status()["uneven_batches"]["applied"]
+    runs = {"on": _uneven_fits(), "off": _uneven_fits_without_the_repair()}
     for state, run in runs.items():
         one = run["default"]
         for name in ("mirrored", "central_storage"):

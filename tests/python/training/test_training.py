@@ -8,13 +8,22 @@ from tfdistributed import TrainingError
 from models import digits_model as build_digits_model
 
 
-def test_mirrored_on_two_logical_cpus_reaches_090(digits):
+@pytest.fixture(scope="module")
+def trained_mirrored(digits):
+    """A digits model fitted 12 epochs on 2 replicas, for the tests that need a trained
+    mirrored model: its fitting is most of this file's CPU, done once."""
     (x, y), (xt, yt) = digits
     strategy = tfd.make_strategy("mirrored", num_cpu_devices=2)
-    assert strategy.num_replicas_in_sync == 2
     model = build_digits_model(strategy)
     history = tfd.fit(model, x, y, epochs=12, batch_size=64, seed=0, verbose=0,
                       validation_data=(xt, yt))
+    return strategy, model, history
+
+
+def test_mirrored_on_two_logical_cpus_reaches_090(digits, trained_mirrored):
+    _, (xt, yt) = digits
+    strategy, model, history = trained_mirrored
+    assert strategy.num_replicas_in_sync == 2
     assert len(history.history["loss"]) == 12
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert "val_accuracy" in history.history
@@ -168,13 +177,12 @@ def test_predict_under_a_strategy(digits):
     np.testing.assert_allclose(out, model(xt[:100]).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_model_saved_under_mirrored_loads_with_and_without_a_strategy(digits, tmp_path):
+def test_model_saved_under_mirrored_loads_with_and_without_a_strategy(digits, tmp_path,
+                                                                       trained_mirrored):
     import tensorflow as tf
 
     (x, y), (xt, yt) = digits
-    strategy = tfd.make_strategy("mirrored")
-    model = build_digits_model(strategy)
-    tfd.fit(model, x, y, epochs=2, batch_size=64, verbose=0)
+    _, model, _ = trained_mirrored  # saved, loaded and exported: never trained further here
     expected = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
     path = tfd.checkpoints.save_model(model, tmp_path / "digits.keras")
 
