@@ -71,7 +71,8 @@ def find_host_generators(dataset) -> dict:
     function (reticulate's wrapper). Such a dataset given to ``fit`` on R's main thread hangs:
     the callback waits for R's main thread, which waits inside ``fit``. When no callback of the
     process calls R, the answer comes without serializing the dataset (which copies arrays held
-    in it).
+    in it), and is then ``{"callbacks": 0, "r_functions": 0}``: the dataset's own callbacks are
+    counted only when one of the process might call R.
     """
     import tensorflow as tf
     from tensorflow.python.ops import script_ops

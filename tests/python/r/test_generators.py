@@ -153,5 +153,28 @@ def test_python_from_generator_is_not_mistaken_for_r():
 
     dataset = tf.data.Dataset.from_generator(
         python_batches, output_signature=tf.TensorSpec((None, 3), tf.float32))
-    assert rcallbacks.find_host_generators(dataset) == {"callbacks": 0, "r_functions": 0}
-    rcallbacks.refuse_r_generator_on_main_thread(dataset)
+    # While no callback of the process calls R (the dataset is not looked into) ...
+    real = rcallbacks._calls_r
+    import unittest.mock as mock
+
+    with mock.patch.object(rcallbacks, "_calls_r", lambda fn, depth=4: False):
+        assert rcallbacks.find_host_generators(dataset) == {"callbacks": 0, "r_functions": 0}
+        rcallbacks.refuse_r_generator_on_main_thread(dataset)
+
+    # ... and once one does (an R test run earlier in this process, or a stand-in), when the
+    # dataset's own callbacks are counted: from_generator's three, none calling R.
+    def stand_in(fn, depth=4):
+        return fn is marker or real(fn, depth)
+
+    def marker():
+        return None
+
+    with mock.patch.object(rcallbacks, "_calls_r", stand_in):
+        from tensorflow.python.ops import script_ops
+
+        token = script_ops._py_funcs.insert(marker)
+        try:
+            assert rcallbacks.find_host_generators(dataset) == {"callbacks": 3, "r_functions": 0}
+            rcallbacks.refuse_r_generator_on_main_thread(dataset)
+        finally:
+            script_ops._py_funcs.remove(token)
