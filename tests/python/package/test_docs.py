@@ -189,3 +189,26 @@ def test_performance_article_compression_table_is_the_benchmark_run():
                            (powersgd, "powersgd")):
             assert shown == f"{_arm_speed(job, arm):.2f}", (link_hosts, arm, shown)
 
+
+
+def test_performance_article_elastic_paragraph_is_the_benchmark_run():
+    runs = _bench("results-elastic.json")["runs"]
+    plain = [r["kill_to_training_s"] for r in runs["plain"]]
+    elastic = runs["elastic"]
+
+    def median_of(key):
+        return _median([r[key] for r in elastic])
+
+    def ratio_of(key):
+        return _median([r[key] / p for r, p in zip(elastic, plain)])
+
+    article = (ROOT / "vignettes" / "articles" / "performance.Rmd").read_text()
+    paragraph = article[article.index("A host lost for good, and back"):]
+    paragraph = paragraph[:paragraph.index("```")]
+    quoted = [float(v) for v in re.findall(r"\*\*([\d.]+)\*\* s", paragraph)]
+    assert quoted == [round(v, 1) for v in (
+        median_of("loss_to_training_s"), median_of("beyond_grace_s"), _median(plain),
+        median_of("back_to_training_s"), median_of("grow_restart_s"))], quoted
+    ratios = [float(v) for v in re.findall(r"([\d.]+)x a\s+plain restart", paragraph)]
+    assert ratios == [round(ratio_of("beyond_grace_s"), 2), round(ratio_of("grow_restart_s"), 2)]
+    assert all(r["steps_redone_at_grow"] == 0 for r in elastic)
