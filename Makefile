@@ -28,8 +28,9 @@ test: setup
 	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 $(PYTEST_ARGS)
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
-# suite or build (pytest markers `cluster` and `slow`): 621 tests, 2 min 23 s of pytest on this
-# 2-core machine, 2026-11-25. `make test` stays the full suite (1,024 tests, 32-41 min).
+# suite or build (pytest markers `cluster` and `slow`): 731 tests, 2 min 8 s of pytest on this
+# 2-core machine, 2026-11-26. `make test` stays the full suite (1,202 tests, 30-39 min: see
+# vignettes/articles/development.Rmd).
 check: setup
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)
 
