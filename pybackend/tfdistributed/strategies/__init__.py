@@ -9,6 +9,7 @@ module              what it holds
                     strategy
 ``lowrank``         low-rank gradients (PowerSGD): options, state, the two all-reduces
 ``packing``         the gradient all-reduce in packs that overlap the backward pass
+``gradients``       a gradient's values, dense or ``IndexedSlices`` (shared by the three above)
 ``runtime``         TensorFlow settings that must be made before it starts (its CPU allocator)
 ==================  ============================================================================
 

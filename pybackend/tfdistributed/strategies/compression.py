@@ -41,6 +41,7 @@ from __future__ import annotations
 import warnings
 
 from ..errors import StrategyError
+from .gradients import gradient_values, map_values
 from .lowrank import PowerSGD, powersgd
 
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
@@ -141,7 +142,7 @@ def compressed_all_reduce(context, grads, local, riders, kind, options=None):
     import tensorflow as tf
 
     replicas = float(context.num_replicas_in_sync)
-    weighted = [_map_values(g, lambda v: v * tf.cast(local * replicas, v.dtype)) for g in grads]
+    weighted = [map_values(g, lambda v: v * tf.cast(local * replicas, v.dtype)) for g in grads]
     peak = tf.reduce_max(tf.stack([tf.cast(tf.reduce_max(tf.abs(gradient_values(g))), tf.float32)
                                    for g in weighted]))
     head = context.all_reduce(tf.distribute.ReduceOp.SUM, [local, peak] + list(riders))
@@ -150,10 +151,10 @@ def compressed_all_reduce(context, grads, local, riders, kind, options=None):
     scale = _fp16_scale(head[1] / total) if kind == "fp16" else tf.constant(1.0)
     wire_dtype = tf.float16 if kind == "fp16" else tf.bfloat16
     factor = scale / total
-    wire = [_map_values(g, lambda v: tf.cast(v * tf.cast(factor, v.dtype), wire_dtype))
+    wire = [map_values(g, lambda v: tf.cast(v * tf.cast(factor, v.dtype), wire_dtype))
             for g in weighted]
     summed = context.all_reduce(tf.distribute.ReduceOp.SUM, wire, options=options)
-    means = [_map_values(s, lambda v, d=g.dtype: tf.cast(v, d) / tf.cast(scale, d))
+    means = [map_values(s, lambda v, d=g.dtype: tf.cast(v, d) / tf.cast(scale, d))
              for s, g in zip(summed, grads)]
     return means, head[2:]
 
@@ -169,18 +170,3 @@ def _fp16_scale(bound):
     exponent = tf.clip_by_value(tf.floor(tf.math.log(_FP16_CEILING / safe) / tf.math.log(2.0)),
                                 -100.0, 100.0)
     return tf.where(usable, tf.pow(2.0, exponent), 1.0)
-
-
-def gradient_values(gradient):
-    """A gradient's values: the tensor itself, or an ``IndexedSlices``' ``values``."""
-    import tensorflow as tf
-
-    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
-
-
-def _map_values(gradient, op):
-    import tensorflow as tf
-
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(op(gradient.values), gradient.indices, gradient.dense_shape)
-    return op(gradient)

@@ -53,6 +53,7 @@ import sys
 
 from .._args import as_int
 from ..errors import ArgumentTypeError
+from .gradients import gradient_values, map_values
 
 # Seeds of the initial Q matrices: the same on every worker without any communication.
 _SEED = 0x50535344
@@ -276,7 +277,7 @@ def powersgd_all_reduce(context, grads, entries, state, local, riders, step, opt
     dtype = grads[0].dtype
     replicas = context.num_replicas_in_sync
     count = tf.cast(local, dtype)
-    weighted = [_map_values(g, lambda v: v * count * tf.cast(replicas, dtype)) for g in grads]
+    weighted = [map_values(g, lambda v: v * count * tf.cast(replicas, dtype)) for g in grads]
     # Rows of an embedding (IndexedSlices) go whole: Keras' optimizers update only the rows a
     # step touched, which a dense low-rank update would change.
     entries = [None if isinstance(g, tf.IndexedSlices) else e for g, e in zip(grads, entries)]
@@ -338,7 +339,7 @@ def _plain_all_reduce(context, head, weighted, options):
 
     reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, head + weighted, options=options)
     total = reduced[0]
-    return ([_map_values(s, lambda v: v / total) for s in reduced[len(head):]],
+    return ([map_values(s, lambda v: v / total) for s in reduced[len(head):]],
             list(reduced[1:len(head)]))
 
 
@@ -358,7 +359,7 @@ def _low_rank_all_reduce(context, head, weighted, entries, state, step, options)
                                  options=options)
     total = reduced[0]
     sums = iter(reduced[len(head):])
-    means = {i: _map_values(next(sums), lambda v: v / total) for i in whole}
+    means = {i: map_values(next(sums), lambda v: v / total) for i in whole}
     p_sums = [next(sums) / total for _ in low]
     if opts.error_feedback:
         p_sums = [p + next(sums) for p in p_sums]
@@ -369,27 +370,12 @@ def _low_rank_all_reduce(context, head, weighted, entries, state, step, options)
     q_parts = [tf.matmul(m, p, transpose_a=True) for m, p in zip(shares, p_hats)]
     q_sums = context.all_reduce(tf.distribute.ReduceOp.SUM, q_parts, options=options)
     approximations = [tf.matmul(p, q, transpose_b=True) for p, q in zip(p_hats, q_sums)]
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(_values(t)))
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(gradient_values(t)))
                             for t in list(q_sums) + list(means.values())])
     _keep_state(low, shares, approximations, q_sums, finite, opts, context.num_replicas_in_sync)
     for (i, e), approximation in zip(low, approximations):
         means[i] = e.as_gradient(approximation)
     return [means[i] for i in range(len(weighted))], list(reduced[1:len(head)])
-
-
-def _values(gradient):
-    import tensorflow as tf
-
-    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
-
-
-def _map_values(gradient, op):
-    """``op`` applied to a gradient's values (an ``IndexedSlices`` stays one)."""
-    import tensorflow as tf
-
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(op(gradient.values), gradient.indices, gradient.dense_shape)
-    return op(gradient)
 
 
 def _current_q(entry, options, step):

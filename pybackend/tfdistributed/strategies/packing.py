@@ -43,7 +43,7 @@ import os
 import warnings
 
 from .._args import as_int
-from .compression import gradient_values
+from .gradients import gradient_values
 from ..errors import ArgumentTypeError
 
 THREADS_ENV = "TF_NUM_INTEROP_THREADS"

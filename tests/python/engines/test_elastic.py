@@ -116,23 +116,27 @@ def test_a_place_down_at_the_start_is_left_out_and_grows_the_job_later():
     assert policy.placed() == ["h0", "h1", "h2"]
 
 
-def test_a_shrink_keeps_the_global_batch_splitting_evenly():
+@pytest.fixture
+def four_places_of_64():
+    """A 4-place job whose global batch (64 examples) does not split over 3: its places, watch
+    and policy, started."""
     watch = JobWatch(display=None, stall_warning=None)
     watch.record("worker 0", {"kind": "begin", "examples_per_step": 64, "replicas": 4})
     places = Places(names=("h0", "h1", "h2", "h3"))
     policy = elastic(places, min_workers=1, watch=watch)
     policy.first()
+    return places, watch, policy
+
+
+def test_a_shrink_keeps_the_global_batch_splitting_evenly(four_places_of_64):
+    places, _, policy = four_places_of_64
     places.down = {"h3"}
     said = policy.after_failure(0)   # 64 does not split over 3: 2 workers
     assert "2 worker(s) (leaving out h2 so that the global batch splits evenly)" in said
 
 
-def test_places_left_out_for_the_batch_come_back_with_a_lost_one():
-    watch = JobWatch(display=None, stall_warning=None)
-    watch.record("worker 0", {"kind": "begin", "examples_per_step": 64, "replicas": 4})
-    places = Places(names=("h0", "h1", "h2", "h3"))
-    policy = elastic(places, min_workers=1, watch=watch)
-    policy.first()
+def test_places_left_out_for_the_batch_come_back_with_a_lost_one(four_places_of_64):
+    places, watch, policy = four_places_of_64
     places.down = {"h3"}
     policy.after_failure(0)
     assert policy.placed() == ["h0", "h1"] and policy.members.spare == ["h2"]
