@@ -94,7 +94,7 @@ fi
 # tf_keras (the legacy-Keras reference) and matplotlib are needed by the benchmarks alone, so
 # only `make bench` pays for installing them.
 if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" != "$req_hash" ] \
-   || ! "$VENV/bin/python" -c "import tf_keras, matplotlib, sklearn" >/dev/null 2>&1; }; then
+   || ! "$VENV/bin/python" -c "import tf_keras, matplotlib" >/dev/null 2>&1; }; then
   log "installing the bench extra (tf_keras, matplotlib) into $VENV"
   R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[test,ray,docs,bench]"
   echo "$req_hash" > "$STAMP_DIR/bench.hash"

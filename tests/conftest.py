@@ -78,7 +78,7 @@ def digits():
 
 @pytest.fixture(scope="session")
 def digits_tfds_dir(tmp_path_factory):
-    """scikit-learn's digits written as a real TFDS dataset, one file per split."""
+    """The demo digits written as a real TFDS dataset, one file per split."""
     import tfdistributed
 
     return tfdistributed.write_digits_tfds(tmp_path_factory.mktemp("tfds-one-file"), num_files=1)

@@ -197,16 +197,18 @@ load_tfds <- function(name, split = "train", data_dir = NULL, shard_policy = NUL
 
 #' The handwritten digits (8x8) for tutorials and tests
 #'
-#' scikit-learn's 1797 handwritten digits, split into train and test with a
-#' seeded, stratified split. `digits_data()` returns R arrays;
-#' `write_digits_tfds()` writes them as a real TFDS dataset (`"sklearn_digits"`,
-#' images 8x8x1 uint8, labels 0-9) for [load_tfds()]. The split is kept in
-#' the user's cache directory (`TFDISTRIBUTED_CACHE`, or `~/.cache/tfdistributed`;
-#' `TFDISTRIBUTED_CACHE = ""` keeps nothing), so that the tasks of a job do not
-#' each import scikit-learn again.
+#' The 1797 handwritten digits scikit-learn ships (a copy of the UCI
+#' "Optical Recognition of Handwritten Digits" test set, CC BY 4.0), split into
+#' train and test with a seeded, stratified split. They ship with the Python
+#' backend, with scikit-learn's own split at the defaults (the split the
+#' documentation's numbers were measured on), so scikit-learn is not needed.
+#' Other arguments make another stratified split. `digits_data()` returns R
+#' arrays; `write_digits_tfds()` writes them as a real TFDS dataset
+#' (`"sklearn_digits"`, images 8x8x1 uint8, labels 0-9) for [load_tfds()].
 #'
-#' @param test_fraction Fraction of images in the test split.
-#' @param seed Seed of the split.
+#' @param test_fraction Fraction of images in the test split, in (0, 1).
+#' @param seed Seed of the split (a whole number, or `NULL` for a new split
+#'   each call).
 #' @return `digits_data()`: `list(train = list(x, y), test = list(x, y))` with
 #'   `x` a `n x 8 x 8 x 1` array in \[0, 1\] and `y` integer labels 0-9.
 #' @family data

@@ -14,7 +14,7 @@ default_envname <- "r-tfdistributed"
 #'   index, or a path to a checkout of the project (the directory holding
 #'   `pyproject.toml`).
 #' @param extra_packages More Python packages to install, e.g.
-#'   `"scikit-learn"` for [digits_data()].
+#'   `"pandas"` for your own data loading.
 #' @param python Python interpreter to create the virtualenv with; default
 #'   reticulate's choice.
 #' @return `envname`, invisibly.
@@ -23,7 +23,7 @@ default_envname <- "r-tfdistributed"
 #' @examples
 #' \dontrun{
 #' # Not run here: it creates a virtualenv and installs TensorFlow from PyPI.
-#' install_tfdistributed(extra_packages = "scikit-learn")
+#' install_tfdistributed(extra_packages = "pandas")
 #' }
 install_tfdistributed <- function(envname = default_envname, package = "tfdistributed",
                                   extra_packages = NULL, python = NULL) {

@@ -1,5 +1,8 @@
 """Shard policies, the pre-flight shard check, global batch sizes, TFDS loading, arrays."""
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -327,21 +330,43 @@ def test_parameter_server_epochs_of_arrays_that_do_not_divide_are_announced(capl
     assert "use a batch_size that divides 70" in record.getMessage()
 
 
-def test_digits_arrays_are_kept_between_processes_and_the_same(tmp_path, monkeypatch):
-    """The split is cached (importing scikit-learn costs every task ~1.4 s of CPU); the cached
-    arrays are the split's, a damaged file is split again and rewritten, and
-    TFDISTRIBUTED_CACHE="" keeps nothing."""
-    monkeypatch.setenv("TFDISTRIBUTED_CACHE", "")
-    fresh = tfd.digits_arrays()
-    assert not list(tmp_path.iterdir())
-    monkeypatch.setenv("TFDISTRIBUTED_CACHE", str(tmp_path))
-    first = tfd.digits_arrays()
-    (cached,) = tmp_path.iterdir()
-    assert cached.name.startswith("digits-sklearn") and cached.suffix == ".npz"
-    cached.write_bytes(b"not an npz")
-    again = tfd.digits_arrays()
-    assert cached.stat().st_size > 1000  # rewritten
-    for arrays in (first, again, tfd.digits_arrays()):
-        for got, want in zip((*arrays[0], *arrays[1]), (*fresh[0], *fresh[1])):
-            assert got.dtype == want.dtype and np.array_equal(got, want)
-    assert tfd.digits_arrays(seed=1)[0][1][:50].tolist() != fresh[0][1][:50].tolist()
+def test_digits_arrays_ship_with_the_package_split_by_class():
+    """The default split is the shipped one (scikit-learn's, seed 0): 1347 + 450 images, every
+    image once, each class split a quarter for testing, the same at every call."""
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    assert x.shape == (1347, 8, 8, 1) and xt.shape == (450, 8, 8, 1)
+    assert x.dtype == xt.dtype == np.float32 and y.dtype == yt.dtype == np.int32
+    assert 0.0 <= x.min() and x.max() == 1.0 and sorted(set(y.tolist())) == list(range(10))
+    counts, test_counts = np.bincount(y, minlength=10), np.bincount(yt, minlength=10)
+    assert np.all(np.abs(test_counts - 0.25 * (counts + test_counts)) <= 1)
+    with np.load(os.path.join(os.path.dirname(tfd.__file__), "data", "digits.npz")) as f:
+        images = f["images"]
+    every = np.concatenate([x, xt])[..., 0] * 16
+    assert sorted(map(bytes, every.astype(np.uint8))) == sorted(map(bytes, images))
+    again = tfd.digits_arrays(test_fraction=0.25, seed=0)
+    for got, want in zip((*again[0], *again[1]), (x, y, xt, yt)):
+        assert np.array_equal(got, want)
+
+
+def test_other_digit_splits_are_stratified_and_seeded():
+    (x, y), (xt, yt) = tfd.digits_arrays(test_fraction=0.1, seed=1)
+    assert len(x) + len(xt) == 1797 and 170 <= len(xt) <= 190
+    whole = np.bincount(y, minlength=10) + np.bincount(yt, minlength=10)
+    assert np.array_equal(np.bincount(yt, minlength=10), np.round(0.1 * whole))
+    same = tfd.digits_arrays(test_fraction=0.1, seed=1)
+    assert np.array_equal(same[1][1], yt) and np.array_equal(same[0][0], x)
+    assert not np.array_equal(tfd.digits_arrays(test_fraction=0.1, seed=2)[1][1], yt)
+    assert not np.array_equal(tfd.digits_arrays(seed=1)[1][1], tfd.digits_arrays()[1][1])
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"test_fraction": 1.5}, "`test_fraction` must be a number between 0 and 1"),
+    ({"test_fraction": True}, "`test_fraction` must be a number between 0 and 1"),
+    ({"test_fraction": "0.2"}, "pass e.g. 0.25"),
+    ({"test_fraction": 0.0001}, "leaves no example for testing"),
+    ({"seed": 1.5}, "seed"),
+])
+def test_digit_split_arguments_are_checked(kwargs, words):
+    with pytest.raises(tfd.ArgumentTypeError, match=re.escape(words)):
+        tfd.digits_arrays(**kwargs)
+
