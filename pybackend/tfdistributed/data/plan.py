@@ -12,7 +12,9 @@ input workers), computed once per call.
 
 **Sharding.** Shard policies and the pre-flight that checks (and under ``"auto"`` with too
 few files, shards by data) a dataset before a multi-worker job reads it live in
-:mod:`tfdistributed.data.sharding`; the plan runs that pre-flight on every dataset it builds.
+:mod:`tfdistributed.data.sharding`; the plan runs that pre-flight on every dataset it builds
+(for arrays sharded by data, from their batch count:
+:func:`~tfdistributed.data.sharding.check_batches_for_workers`).
 
 The demo data (scikit-learn's digits) lives in :mod:`tfdistributed.data.digits`.
 """
@@ -29,7 +31,7 @@ from ..errors import ArgumentTypeError, TrainingError
 from .arrays import (DEFAULT_BATCH_SIZE, as_arrays, batched, class_weight_to_sample_weight,
                      num_examples, slices, split_validation)
 from .rcallbacks import refuse_r_generator_on_main_thread
-from .sharding import shard_for_workers, with_shard_policy
+from .sharding import check_batches_for_workers, shard_for_workers, with_shard_policy
 
 
 _log = logging.getLogger(__name__)
@@ -135,7 +137,8 @@ class InputPlan:
         shard policy (``"data"`` by default); a dataset gets the shard policy asked for. In a
         multi-worker job the result goes through the shard pre-flight first
         (:func:`~tfdistributed.data.sharding.shard_for_workers`: checked, and under ``"auto"`` with
-        fewer files than workers, sharded by data).
+        fewer files than workers, sharded by data; arrays sharded by data are checked from their
+        batch count, :func:`~tfdistributed.data.sharding.check_batches_for_workers`).
         """
         if self.source == "function":  # refused by plan_input except for parameter-server fit
             raise ArgumentTypeError(f"{self.what}(): a dataset function has no single dataset.")
@@ -156,6 +159,7 @@ class InputPlan:
         return self._distributed(self.validation, None, shuffle=False, label="the validation data")
 
     def _distributed(self, arrays_or_dataset, n, *, shuffle, label):
+        policy = None
         if n is not None:
             policy = "data" if self.chief_reads_whole_input else (self.shard_policy or "data")
             dataset = batched(arrays_or_dataset, n, batch_size=self.global_batch,
@@ -165,7 +169,11 @@ class InputPlan:
             if self.shard_policy is not None and not self.chief_reads_whole_input:
                 dataset = with_shard_policy(dataset, self.shard_policy)
         if self.check_shards and self.workers > 1 and not self.chief_reads_whole_input:
-            dataset = shard_for_workers(dataset, self.workers, f"{self.what}(), {label}")
+            what = f"{self.what}(), {label}"
+            if policy == "data":  # arrays sharded by data: their batch count says it all
+                check_batches_for_workers(-(-n // self.global_batch), self.workers, what)
+            else:
+                dataset = shard_for_workers(dataset, self.workers, what)
         return dataset
 
     def batches(self, validation: bool = False) -> int | None:

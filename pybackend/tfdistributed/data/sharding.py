@@ -293,6 +293,30 @@ def shard_for_workers(dataset, workers, what: str = "This dataset"):
                           any(op.startswith("CacheDataset") for op in _dataset_ops(graph)))
 
 
+def check_batches_for_workers(batches: int, workers, what: str = "This dataset") -> None:
+    """The pre-flight of :func:`shard_for_workers` for arrays batched in memory and sharded by
+    data, from their number of batches, without reading them.
+
+    Sharding by data, each worker keeps every ``workers``-th batch: the pre-flight refuses such
+    a dataset exactly when it has fewer batches than workers (TensorFlow's rewrite then leaves
+    worker 0 without data), and this says so in the same words (``test_data.py`` compares the
+    two). Reading the dataset to find that out serializes the arrays into its graph and runs
+    TensorFlow's shard rewrite twice, at every ``fit``/``evaluate``/``predict`` of arrays in a
+    multi-worker job: work that grows with the data.
+
+    Args:
+        batches: global batches in one pass over the arrays.
+        workers: the number of workers (input pipelines); under 2 nothing is checked.
+        what: how the message names the data.
+
+    Raises:
+        ShardingError: some worker would get no batch.
+    """
+    workers = as_int(workers, "workers", minimum=1)
+    if workers > 1 and batches < workers:
+        raise _sharding_error(what, "data", workers, (0, None), False, False)
+
+
 def _sharding_error(what, policy, workers, failure, files_short, memory_cache) -> ShardingError:
     index, error = failure
     if files_short:

@@ -370,3 +370,33 @@ def test_digit_split_arguments_are_checked(kwargs, words):
     with pytest.raises(tfd.ArgumentTypeError, match=re.escape(words)):
         tfd.digits_arrays(**kwargs)
 
+
+@pytest.mark.parametrize("what", ["fit", "evaluate", "predict"])
+def test_plan_checks_arrays_sharded_by_data_from_their_batch_count(what):
+    """Arrays sharded by data fail the pre-flight exactly when there are fewer batches than
+    workers: the plan says so from the count, in the pre-flight's own words, without reading
+    them (which serialized the arrays into the dataset's graph at every call)."""
+    from tfdistributed.data.arrays import batched
+    from tfdistributed.data.plan import plan_input
+    from tfdistributed.data.sharding import shard_for_workers
+
+    def outcome(check, *args):
+        try:
+            check(*args)
+        except ShardingError as e:
+            return str(e)
+        return None
+
+    label = "the training data" if what == "fit" else "the data"
+    refused = []
+    for n in (0, 1, 5, 64, 129):
+        for batch in (1, 4, 64):
+            for workers in (2, 3):
+                x, y, _ = _arrays(n)
+                plan = plan_input(what, x, None if what == "predict" else y, batch_size=batch,
+                                  kind="multi_worker_mirrored", workers=workers)
+                read = batched(plan.arrays, n, batch_size=batch, policy="data")
+                preflight = outcome(shard_for_workers, read, workers, f"{what}(), {label}")
+                assert outcome(plan.dataset) == preflight, (n, batch, workers)
+                refused.append(preflight is not None)
+    assert any(refused) and not all(refused)
