@@ -170,7 +170,8 @@ class InputPlan:
                 dataset = with_shard_policy(dataset, self.shard_policy)
         if self.check_shards and self.workers > 1 and not self.chief_reads_whole_input:
             what = f"{self.what}(), {label}"
-            if policy == "data":  # arrays sharded by data: their batch count says it all
+            # Arrays sharded by data: their batch count says what the pre-flight would.
+            if policy is not None and policy.lower() == "data":
                 check_batches_for_workers(-(-n // self.global_batch), self.workers, what)
             else:
                 dataset = shard_for_workers(dataset, self.workers, what)
