@@ -47,8 +47,9 @@ with strategy.scope():
     model.compile("sgd", "mse")
 x = np.ones((8, 3), "float32")
 history = tfd.fit(model, x, x.sum(1), epochs=2, batch_size=4, verbose=0)
+(digits, _), _ = tfd.digits_arrays()   # the package's data file was installed too
 print(json.dumps({"file": tfd.__file__, "version": tfd.__version__,
-                  "epochs": len(history.history["loss"])}))
+                  "epochs": len(history.history["loss"]), "digits": list(digits.shape)}))
 """
 
 
@@ -68,6 +69,7 @@ def test_installs_into_a_fresh_venv_and_trains(dist, tmp_path, kind):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["file"].startswith(str(tmp_path / "env")), report
     assert report["version"] == "0.1.0" and report["epochs"] == 2
+    assert report["digits"] == [1347, 8, 8, 1]
     # The command-line entry point is installed too.
     cli = subprocess.run([tmp_path / "env" / "bin" / "tfdistributed", "--help"],
                          capture_output=True, text=True, timeout=120, env=env)
