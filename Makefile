@@ -10,8 +10,8 @@ PYTEST_ARGS ?=
 # pytest-xdist: each test file runs whole on one worker (--dist loadscope), the costliest files
 # first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). The
 # cluster jobs wait much of the time (joins, grace periods, schedulers, timeouts), so 3 workers
-# keep both cores busy (4 were slower: 26 min 26 s against 24 min 27 s); make check's tests are
-# mostly single-process, 2 workers suffice.
+# keep both cores busy (4 were no faster: 26 min 26 s, against 24 min 27 s and 26 min 47 s
+# for 3); make check's tests are mostly single-process, 2 workers suffice.
 TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 BENCH_ARGS ?=
@@ -30,7 +30,7 @@ test: setup
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
 # suite or build (pytest markers `cluster` and `slow`): 741 tests, 1 min 36 s of pytest on this
-# 2-core machine, 2026-11-26. `make test` stays the full suite (1,211 tests, 24 min 27 s: see
+# 2-core machine, 2026-11-26. `make test` stays the full suite (1,211 tests, 24-27 min: see
 # vignettes/articles/development.Rmd).
 check: setup
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)
