@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     if os.path.isdir(docs):
         print(f"\nRendered tutorials: {docs}/*.html")
     else:
-        print("\nTutorials: vignettes/*.Rmd (render them to docs/ with `make docs`)")
+        print("\nTutorials: vignettes/*.Rmd (`make docs` renders them into the site, site/)")
     return 0
 
 
