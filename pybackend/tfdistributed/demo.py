@@ -121,9 +121,9 @@ def main(argv=None) -> int:
     print()
     print(format_table(rows))
     print("(seconds include building the model; cluster rows also start their processes)")
-    docs = os.path.join(os.getcwd(), "docs")
-    if os.path.isdir(docs):
-        print(f"\nRendered tutorials: {docs}/*.html")
+    articles = os.path.join(os.getcwd(), "site", "articles")
+    if os.path.isdir(articles):
+        print(f"\nRendered tutorials (make docs): {articles}/*.html")
     else:
         print("\nTutorials: vignettes/*.Rmd (`make docs` renders them into the site, site/)")
     return 0
