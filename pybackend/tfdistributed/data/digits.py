@@ -1,4 +1,4 @@
-"""Demo data: the handwritten digits scikit-learn ships, as arrays or as a real TFDS dataset on disk.
+"""Demo data: the handwritten digits scikit-learn ships, as arrays or as a TFDS dataset on disk.
 
 Used by the demo (``make demo``), the tutorials and the tests; kept apart from
 :mod:`tfdistributed.data`, which holds the input machinery every training call uses. Both

@@ -172,7 +172,7 @@ class InputPlan:
             what = f"{self.what}(), {label}"
             # Arrays sharded by data: their batch count says what the pre-flight would.
             if policy is not None and policy.lower() == "data":
-                check_batches_for_workers(-(-n // self.global_batch), self.workers, what)
+                check_batches_for_workers(self._global_batches(n), self.workers, what)
             else:
                 dataset = shard_for_workers(dataset, self.workers, what)
         return dataset
@@ -183,14 +183,18 @@ class InputPlan:
         (else ``None``)."""
         if validation:
             if self.validation_source == "arrays":
-                return -(-num_examples(self.validation[0]) // self.global_batch)
+                return self._global_batches(num_examples(self.validation[0]))
             data = self.validation
         elif self.source == "arrays":
-            return -(-self.num_examples // self.global_batch)
+            return self._global_batches(self.num_examples)
         else:
             data = self.x if self.source == "dataset" else None
         cardinality = -1 if data is None else int(data.cardinality())
         return cardinality if cardinality >= 0 else None
+
+    def _global_batches(self, n: int) -> int:
+        """Global batches that ``n`` examples make, the last maybe smaller."""
+        return -(-n // self.global_batch)
 
     def epochs_from_one_iterator(self, dataset, steps_per_epoch=None, steps_per_execution=1):
         """``(dataset, steps_per_epoch)`` with which Keras reads every epoch from one iterator.
