@@ -26,7 +26,7 @@ demo: setup
 	@$(PY) scripts/quiet.py .logs/demo.log -- $(PY) -m tfdistributed.demo
 
 test: setup
-	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 $(PYTEST_ARGS)
+	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 --cpu-log=.logs/test-cpu.jsonl $(PYTEST_ARGS)
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
 # suite or build (pytest markers `cluster` and `slow`): 741 tests, 1 min 36 s of pytest on this

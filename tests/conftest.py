@@ -17,8 +17,9 @@ import pytest  # noqa: E402
 
 NUM_CPU_DEVICES = 2
 
-# The documentation site, rendered once per session for the vignette and browser tests.
-pytest_plugins = ["sitefixtures"]
+# The documentation site, rendered once per session for the vignette and browser tests; each
+# test's CPU seconds (--cpu-log, which make test passes).
+pytest_plugins = ["sitefixtures", "cpuaccount"]
 
 
 # The test files that cost the most in `make test` (3 pytest-xdist workers on 2 cores, measured

@@ -1,0 +1,88 @@
+"""What each test costs in CPU, its processes' included, summed per test folder at the end.
+
+    pytest --cpu-log .logs/test-cpu.jsonl ...
+
+On this 2-core machine the suite is bound by CPU, not by waiting: a test's wall time says
+little (it stretches when other workers are busy), its CPU time says what it takes from the
+others. Each test's CPU is this process's (every thread) plus its reaped children's and their
+reaped descendants' (``RUSAGE_CHILDREN``: the launcher's task processes, Rscript and what it
+starts). Not counted: daemons that outlive the test (slurmd and its steps, Ray's raylets) and a
+module-scoped fixture's teardown (charged to the next test). Each pytest-xdist worker appends one
+JSON line per test; the controller empties the file first and prints the sums last.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import resource
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-log", default=None, metavar="PATH",
+                     help="append each test's CPU seconds (its processes' included) to PATH as "
+                          "JSON lines and print the sums per test folder at the end")
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    path = config.getoption("--cpu-log")
+    if path and not _is_worker(config):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        open(path, "w").close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = item.config.getoption("--cpu-log")
+    before = _cpu_seconds() if path else 0.0
+    yield
+    if path:
+        line = json.dumps({"test": item.nodeid, "cpu": round(_cpu_seconds() - before, 2)})
+        with open(path, "a") as log:  # one short append per line: workers do not interleave
+            log.write(line + "\n")
+
+
+def group_of(nodeid: str) -> str:
+    """tests/python/engines/test_x.py::t -> tests/python/engines; tests/r/test_y.py -> tests/r."""
+    parts = nodeid.split("::")[0].split("/")
+    return "/".join(parts[:3] if len(parts) > 3 else parts[:2])
+
+
+def sums(path: str) -> tuple[collections.Counter, collections.Counter]:
+    groups, files = collections.Counter(), collections.Counter()
+    with open(path) as log:
+        for line in log:
+            record = json.loads(line)
+            groups[group_of(record["test"])] += record["cpu"]
+            files[record["test"].split("::")[0]] += record["cpu"]
+    return groups, files
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    path = config.getoption("--cpu-log")
+    if not path or _is_worker(config) or not os.path.exists(path):
+        return
+    groups, files = sums(path)
+    if not groups:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("CPU seconds per test folder (processes included)")
+    for name, seconds in groups.most_common():
+        write(f"{seconds:8.0f}  {name}")
+    write(f"{sum(groups.values()):8.0f}  in all")
+    write("costliest files:")
+    for name, seconds in files.most_common(12):
+        write(f"{seconds:8.0f}  {name}")
