@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tfdistributed as tfd
+from models import digits_model as build_digits_model
 from tfdistributed.training import compat
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -303,3 +304,68 @@ def test_keras_calls_keep_what_keras_takes(digits):
     two = keras.Model([a, b], keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
     two.compile("sgd", "mse")
     two.fit([np.ones((8, 2)), np.ones((8, 3))], np.ones((8, 1)), batch_size=4, verbose=0)
+
+
+def _iterators_made(monkeypatch):
+    """The distributed input iterators made from now on, each named by the call that made it
+    (``probe``: Keras' shape probe)."""
+    import traceback
+
+    from tensorflow.python.distribute import input_lib
+
+    made = []
+    make = input_lib.DistributedDataset.__iter__
+
+    def counted(self):
+        stack = [f.name for f in traceback.extract_stack(limit=20)]
+        made.append("probe" if "_maybe_symbolic_build" in stack else
+                    next(n for n in reversed(stack) if n in ("fit", "evaluate", "predict")))
+        return make(self)
+
+    monkeypatch.setattr(input_lib.DistributedDataset, "__iter__", counted)
+    return made
+
+
+@pytest.mark.parametrize("how", ["tfd", "keras"])
+def test_keras_shape_probe_is_taken_once_and_changes_no_number(digits, how, monkeypatch):
+    """Under 2 replicas every input iterator is a distributed one (its input functions traced,
+    its pipeline started: ~0.05-0.1 s of CPU each). Keras makes one for its shape probe at every
+    fit, evaluate and validation pass, though its build reads the batch only while something is
+    unbuilt; with the symbolic_build repair only the first fit probes, every other iterator is
+    the one Keras makes, and the numbers are Keras' own, bit for bit."""
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    from tfdistributed.training.repairs.common import original
+
+    (x, y), (xt, yt) = digits
+    x, y = x[:320], y[:320]
+    strategy = tfd.make_strategy("mirrored")
+    results = []
+    for repaired in (True, False):
+        if not repaired:  # Keras' own probe (under one process it works)
+            monkeypatch.setattr(TensorFlowTrainer, "_maybe_symbolic_build",
+                                original(TensorFlowTrainer._maybe_symbolic_build))
+        made = _iterators_made(monkeypatch)
+        model = build_digits_model(strategy, seed=3)
+        fit_args = dict(epochs=3, batch_size=64, shuffle=False, verbose=0,
+                        validation_data=(xt, yt))
+        if how == "tfd":
+            history = tfd.fit(model, x, y, **fit_args)
+            evaluation = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
+            predictions = tfd.predict(model, xt, batch_size=64)
+        else:
+            with strategy.scope():
+                history = model.fit(x, y, **fit_args)
+                evaluation = model.evaluate(xt, yt, batch_size=64, verbose=0, return_dict=True)
+                predictions = model.predict(xt, batch_size=64, verbose=0)
+        results.append((history.history, evaluation, predictions, model.get_weights(),
+                        list(made)))
+        monkeypatch.undo()
+    (history, evaluation, predictions, weights, made), keras_own = results
+    assert history == keras_own[0] and evaluation == keras_own[1]
+    np.testing.assert_array_equal(predictions, keras_own[2])
+    for got, want in zip(weights, keras_own[3]):
+        np.testing.assert_array_equal(got, want)
+    # Keras alone probes at the fit, at each of the 3 validation passes and at evaluate.
+    assert keras_own[4].count("probe") == 5
+    assert made == ["probe"] + [m for m in keras_own[4] if m != "probe"]

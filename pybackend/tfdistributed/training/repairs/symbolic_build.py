@@ -5,15 +5,40 @@ eagerly on a ``PerReplica`` batch only to learn its shapes. Under multi-worker c
 fails ("Attempt to convert a value (PerReplica...)"; keras-team/keras#20585,
 tensorflow/tensorflow#72388). The first local replica's value has the same per-replica shapes
 and needs no communication.
+
+The probe is taken only when the symbolic build will read it: Keras makes a whole distributed
+iterator for it (on 2 devices or workers ~0.05-0.1 s of CPU, its input functions traced and its
+pipeline started) at the start of every ``fit``, every ``evaluate`` and every validation
+pass, while the model, its compiled loss and its metrics are built by the first. Once they are,
+the batch is never looked at (only the optimizer may still be built, from the weights), so the
+iterator is not made.
 """
 
 from __future__ import annotations
 
 from .common import Repair, source
 
+# Keras' own test, in Trainer._symbolic_build, of whether it reads the batch at all.
+_READS_THE_BATCH = "if model_unbuilt or compile_metrics_unbuilt or compile_loss_unbuilt:"
+
 
 def detect(trainer) -> bool:
     return ".reduce(" in source(trainer.TensorFlowTrainer._maybe_symbolic_build)
+
+
+def reads_the_batch(model) -> bool:
+    """Whether Keras' symbolic build of ``model`` would read a batch: the model, its compiled
+    loss or its compiled metrics are not built yet (always, where the installed Keras' build
+    no longer decides it that way)."""
+    from keras.src.trainers.trainer import Trainer
+
+    if _READS_THE_BATCH not in source(Trainer._symbolic_build):
+        return True
+    compile_metrics = getattr(model, "_compile_metrics", None)
+    compile_loss = getattr(model, "_compile_loss", None)
+    return (not all(layer.built for layer in model._flatten_layers())
+            or (compile_metrics is not None and not compile_metrics.built)
+            or (compile_loss is not None and not compile_loss.built))
 
 
 def apply(trainer) -> None:
@@ -30,7 +55,7 @@ def apply(trainer) -> None:
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         if self._distribute_strategy is None:
             return
-        if iterator is not None:
+        if iterator is not None and reads_the_batch(self):
             for _, _, it in iterator:
                 data_batch = tree.map_structure(_first_local_value, next(it))
                 break
