@@ -29,7 +29,8 @@ from ..restarts import failure_of
 
 
 class _Process:
-    """A started task: its plan, process, output so far and output reader."""
+    """A started task: its plan, process, output so far, output reader, and when its output
+    ended (``ended_at``: the pipe closes as the process exits; ``time.monotonic()``)."""
 
     def __init__(self, plan: TaskPlan):
         self.plan = plan
@@ -38,6 +39,7 @@ class _Process:
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.reader: threading.Thread | None = None
+        self.ended_at: float | None = None
 
     def poll(self):
         return self.proc.poll()
@@ -74,6 +76,7 @@ class LocalJob:
             shown = self.relay.keep(task.name, raw.decode(errors="replace").rstrip("\n"), task.lines)
             if shown is not None:
                 self.lines.put(shown)
+        task.ended_at = time.monotonic()
         task.proc.stdout.close()
 
     def drain(self) -> None:
@@ -109,7 +112,7 @@ class LocalJob:
             if failed:
                 time.sleep(0.2)
                 self._stop(self.tasks)
-                raise _task_failed(failed[0], self._task_results())
+                raise _task_failed(_first_to_end(failed), self._task_results())
             if primaries and all(t.poll() == 0 for t in primaries):
                 break
             if deadline.passed():
@@ -241,6 +244,15 @@ def _failure_message(task: _Process) -> str:
     """Which task failed, how, and what it said last."""
     return (f"Task {task.name} {how_it_ended(task.proc.returncode)}; every other task was "
             f"stopped. {error_summary(task.lines)}")
+
+
+def _first_to_end(failed: list[_Process]) -> _Process:
+    """The task that ended first among ``failed`` (seen ended in the same poll): the cause.
+    One task's end often ends the others (a peer gone fails their collectives with status 1),
+    and a loaded machine can let both exits pass before the next poll; blaming the first in
+    task order then names a consequence, not the cause. Ordered by when each one's output
+    ended (the readers are joined first); the task order where that is not known."""
+    return min(failed, key=lambda t: t.ended_at if t.ended_at is not None else float("inf"))
 
 
 def _task_failed(task: _Process, results) -> LaunchError:
