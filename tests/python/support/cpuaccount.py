@@ -1,6 +1,9 @@
 """What each test costs in CPU, its processes' included, summed per test folder at the end.
 
-    pytest --cpu-log .logs/test-cpu.jsonl ...
+    pytest --cpu-log=.logs/test-cpu.jsonl ...
+
+(With ``=``: pytest reads the value before it loads this plugin, and a value apart would be
+taken for a test path.)
 
 On this 2-core machine the suite is bound by CPU, not by waiting: a test's wall time says
 little (it stretches when other workers are busy), its CPU time says what it takes from the

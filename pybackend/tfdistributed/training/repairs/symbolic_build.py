@@ -26,14 +26,17 @@ def detect(trainer) -> bool:
     return ".reduce(" in source(trainer.TensorFlowTrainer._maybe_symbolic_build)
 
 
-def reads_the_batch(model) -> bool:
-    """Whether Keras' symbolic build of ``model`` would read a batch: the model, its compiled
-    loss or its compiled metrics are not built yet (always, where the installed Keras' build
-    no longer decides it that way)."""
+def keras_decides_by_what_is_built() -> bool:
+    """Whether the installed Keras' symbolic build reads the batch only while something is
+    unbuilt (read once, when the repair is applied: the source does not change)."""
     from keras.src.trainers.trainer import Trainer
 
-    if _READS_THE_BATCH not in source(Trainer._symbolic_build):
-        return True
+    return _READS_THE_BATCH in source(Trainer._symbolic_build)
+
+
+def reads_the_batch(model) -> bool:
+    """Whether Keras' symbolic build of ``model`` would read a batch: the model, its compiled
+    loss or its compiled metrics are not built yet."""
     compile_metrics = getattr(model, "_compile_metrics", None)
     compile_loss = getattr(model, "_compile_loss", None)
     return (not all(layer.built for layer in model._flatten_layers())
@@ -46,6 +49,8 @@ def apply(trainer) -> None:
     from keras.src import tree
 
     original = trainer.TensorFlowTrainer._maybe_symbolic_build
+    # Where the installed Keras no longer decides it that way, the probe is always taken.
+    probe_only_when_unbuilt = keras_decides_by_what_is_built()
 
     def _first_local_value(value):
         if isinstance(value, tf.distribute.DistributedValues):
@@ -55,7 +60,7 @@ def apply(trainer) -> None:
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         if self._distribute_strategy is None:
             return
-        if iterator is not None and reads_the_batch(self):
+        if iterator is not None and (not probe_only_when_unbuilt or reads_the_batch(self)):
             for _, _, it in iterator:
                 data_batch = tree.map_structure(_first_local_value, next(it))
                 break
