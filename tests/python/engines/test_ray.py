@@ -73,6 +73,39 @@ def test_failing_task_fails_the_job_fast_and_by_name(ray_cluster, tmp_path):
     assert processes_running(str(path)) == []
 
 
+def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(ray_cluster,
+                                                                             tmp_path):
+    # As on the local engine (test_launch): worker 1 ends with the stall timeout's status 76,
+    # worker 0 then fails with status 1 because of it, while the job is held in on_output (as a
+    # loaded machine holds it) and sees both ends in one poll.
+    gone = tmp_path / "worker-1-gone"
+    path = tmp_path / "stall.py"
+    path.write_text(textwrap.dedent(f"""
+        import json, os, sys, time
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            print("stalled", flush=True)
+            time.sleep(1)
+            open({str(gone)!r}, "w").close()
+            os._exit(76)
+        while not os.path.exists({str(gone)!r}):
+            time.sleep(0.01)
+        time.sleep(0.1)
+        sys.exit("worker 0: its peer is gone")
+    """))
+
+    def held(line):
+        if line.endswith("stalled"):
+            time.sleep(4)
+
+    with pytest.raises(LaunchError) as info:
+        tfd.launch(str(path), workers=2, backend="ray", timeout=120, echo=False,
+                   on_output=held)
+    codes = {t.name: t.returncode for t in info.value.results}
+    assert codes == {"worker 0": 1, "worker 1": 76}  # both ended before the job looked
+    assert "Task worker 1 exited with status 76" in str(info.value)
+    assert info.value.failure["task"] == "worker 1"
+
+
 def _kill_my_actor(pid_dir):
     import json
     import os

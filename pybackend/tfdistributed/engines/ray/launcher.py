@@ -64,6 +64,7 @@ class _TaskActor:
         self.lines: list = []
         self.sent = 0
         self.workdir = None
+        self.ended_at = None  # wall clock when the task's output ended (it exited)
 
     def address(self):
         import portpicker
@@ -98,6 +99,7 @@ class _TaskActor:
         def read():
             for raw in iter(self.proc.stdout.readline, b""):
                 self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+            self.ended_at = time.time()
 
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
@@ -113,12 +115,13 @@ class _TaskActor:
         return True
 
     def poll(self):
-        """New output lines since the last call, and the exit code (None while running)."""
+        """New output lines since the last call, the exit code (None while running) and when
+        the task's output ended (the time of its exit, None while running)."""
         code = self.proc.poll()
         if code is not None:
             self.reader.join(timeout=5)
         new, self.sent = self.lines[self.sent:], len(self.lines)
-        return new, code
+        return new, code, self.ended_at
 
     def value(self):
         path = os.path.join(self.workdir, "result.pkl")
@@ -320,6 +323,7 @@ class RayJob:
                        for where in placement]
         self.lines = [[] for _ in roles]
         self.codes: list = [None] * len(roles)
+        self.ended: list = [None] * len(roles)
         self.primaries = [n for n, (r, _) in enumerate(roles) if not ps_mode or r == "chief"]
         self.launched = self.stopped = False
         self.cluster: Cluster | None = None
@@ -406,11 +410,8 @@ class RayJob:
         """Until every task running the target exits 0, or raise (every task then stopped)."""
         while True:
             self._poll_all()
-            failed = [n for n, c in enumerate(self.codes) if c not in (None, 0)]
-            # A server exiting, even with 0, means the cluster lost a task.
-            failed += [n for n, c in enumerate(self.codes) if c == 0 and n not in self.primaries]
-            if failed:
-                n = failed[0]
+            if self._failed():
+                n = self._first_to_end()
                 self.stop()
                 raise LaunchError(f"Task {self.names[n]} {how_it_ended(self.codes[n])}; every "
                                   f"other task was stopped. {error_summary(self.lines[n])}",
@@ -427,6 +428,24 @@ class RayJob:
                                          f"{', '.join(running)}.", self._results())
             time.sleep(self.poll)
 
+    def _failed(self) -> list:
+        failed = [n for n, c in enumerate(self.codes) if c not in (None, 0)]
+        # A server exiting, even with 0, means the cluster lost a task.
+        return failed + [n for n, c in enumerate(self.codes)
+                         if c == 0 and n not in self.primaries]
+
+    def _first_to_end(self) -> int:
+        """The failed task that ended first: the cause. One task's end often ends the others
+        (a peer gone fails their collectives with status 1), and on a loaded machine both ends
+        can pass before the next poll; the first in task order would then be a consequence.
+        Every task is polled once more (one seen running earlier in this pass may have ended
+        first), then the failed ones are ordered by when their output ended."""
+        try:
+            self._poll_all()
+        except LaunchError:  # an actor lost since: a task seen ended before it stays the cause
+            pass
+        return min(self._failed(), key=lambda n: (self.ended[n] is None, self.ended[n] or 0.0))
+
     def _poll_all(self) -> None:
         """New output and exit codes of the running tasks; a dead actor fails the job."""
         ray = self.ray
@@ -434,7 +453,7 @@ class RayJob:
             if self.codes[n] is not None:
                 continue
             try:
-                new, self.codes[n] = ray.get(a.poll.remote(), timeout=30)
+                new, self.codes[n], self.ended[n] = ray.get(a.poll.remote(), timeout=30)
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
                 self.codes[n] = -9
                 self.stop()
