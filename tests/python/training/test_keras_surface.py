@@ -327,12 +327,13 @@ def _iterators_made(monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["tfd", "keras"])
-def test_keras_shape_probe_is_taken_once_and_changes_no_number(digits, how, monkeypatch):
+def test_keras_shape_probe_makes_no_iterator_and_changes_no_number(digits, how, monkeypatch):
     """Under 2 replicas every input iterator is a distributed one (its input functions traced,
     its pipeline started: ~0.05-0.1 s of CPU each). Keras makes one for its shape probe at every
-    fit, evaluate and validation pass, though its build reads the batch only while something is
-    unbuilt; with the symbolic_build repair only the first fit probes, every other iterator is
-    the one Keras makes, and the numbers are Keras' own, bit for bit."""
+    fit, evaluate and validation pass, only to read shapes and dtypes; with the symbolic_build
+    repair the probe reads them from the dataset's element spec, every iterator is one Keras
+    trains, validates, evaluates or predicts with, and the numbers are Keras' own, bit for
+    bit."""
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     from tfdistributed.training.repairs.common import original
@@ -368,4 +369,39 @@ def test_keras_shape_probe_is_taken_once_and_changes_no_number(digits, how, monk
         np.testing.assert_array_equal(got, want)
     # Keras alone probes at the fit, at each of the 3 validation passes and at evaluate.
     assert keras_own[4].count("probe") == 5
-    assert made == ["probe"] + [m for m in keras_own[4] if m != "probe"]
+    assert made == [m for m in keras_own[4] if m != "probe"]
+
+
+def test_a_seeded_shuffled_fit_under_a_strategy_sees_the_batches_of_one_device(digits,
+                                                                               monkeypatch):
+    """A reshuffling input draws a new order each time an iterator is made from it. Keras'
+    shape probe made one under a strategy and dropped it, so a seeded strategy's first epoch saw
+    the second order, and no seeded run could be compared with one device. With the repair the
+    two replicas train on one device's batches: equal losses but for the sum's rounding."""
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    from tfdistributed.training.repairs.common import original
+
+    (x, y), _ = digits
+    x, y = x[:320], y[:320]
+
+    def losses(strategy):
+        model = build_digits_model(strategy, seed=3)
+        return tfd.fit(model, x, y, epochs=2, batch_size=64, shuffle=True,
+                       verbose=0).history["loss"]
+
+    one_device = losses(tf_default_strategy())
+    mirrored = tfd.make_strategy("mirrored")
+    repaired = losses(mirrored)
+    monkeypatch.setattr(TensorFlowTrainer, "_maybe_symbolic_build",
+                        original(TensorFlowTrainer._maybe_symbolic_build))
+    keras_own = losses(mirrored)
+    np.testing.assert_allclose(repaired, one_device, rtol=1e-5)
+    # Keras' own probe: the same seed, another order.
+    assert abs(keras_own[0] - one_device[0]) > 1e-3
+
+
+def tf_default_strategy():
+    import tensorflow as tf
+
+    return tf.distribute.get_strategy()

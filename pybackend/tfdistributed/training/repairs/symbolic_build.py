@@ -6,12 +6,16 @@ fails ("Attempt to convert a value (PerReplica...)"; keras-team/keras#20585,
 tensorflow/tensorflow#72388). The first local replica's value has the same per-replica shapes
 and needs no communication.
 
-The probe is taken only when the symbolic build will read it: Keras makes a whole distributed
-iterator for it (on 2 devices or workers ~0.05-0.1 s of CPU, its input functions traced and its
-pipeline started) at the start of every ``fit``, every ``evaluate`` and every validation
-pass, while the model, its compiled loss and its metrics are built by the first. Once they are,
-the batch is never looked at (only the optimizer may still be built, from the weights), so the
-iterator is not made.
+No batch is taken for it at all: the probe reads only each tensor's shape and dtype, which the
+distributed dataset's element spec already gives (per replica, the batch dimension unknown as
+in a one-device trace), so no distributed iterator is made for it. One made and dropped cost
+~0.05-0.1 s of CPU on 2 devices or workers (its input functions traced, its pipeline started)
+and, worse, drew a permutation from a reshuffling input: a strategy's first epoch then saw
+the second order a one-device fit sees, and a seeded run could not be compared with one device.
+And the probe is only built while the model, its compiled loss or its metrics are unbuilt (Keras'
+own condition); after the first fit it reads nothing. If the element spec cannot be read (a
+dataset from a function not built yet) or building from it fails, a batch is taken as Keras
+takes it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,28 @@ def reads_the_batch(model) -> bool:
             or (compile_loss is not None and not compile_loss.built))
 
 
+def batch_spec(iterator):
+    """The shapes and dtypes of one replica's batch from Keras' epoch iterator, read from its
+    distributed dataset's element spec (no iterator made), or None where it cannot be read."""
+    import tensorflow as tf
+    from tensorflow.python.distribute.values import PerReplicaSpec
+
+    dataset = getattr(iterator, "_distributed_dataset", None)
+    try:
+        spec = dataset.element_spec
+    except (AttributeError, ValueError, NotImplementedError):
+        return None
+
+    def one_replica(value_spec):
+        if isinstance(value_spec, PerReplicaSpec):
+            value_spec = value_spec._value_specs[0]
+        return value_spec if hasattr(value_spec, "shape") and hasattr(value_spec, "dtype") \
+            else None
+
+    specs = tf.nest.map_structure(one_replica, spec)
+    return None if any(v is None for v in tf.nest.flatten(specs)) else specs
+
+
 def apply(trainer) -> None:
     import tensorflow as tf
     from keras.src import tree
@@ -61,6 +87,14 @@ def apply(trainer) -> None:
         if self._distribute_strategy is None:
             return
         if iterator is not None and (not probe_only_when_unbuilt or reads_the_batch(self)):
+            data_batch = batch_spec(iterator)
+            if data_batch is not None:
+                try:
+                    with self.distribute_strategy.scope():
+                        self._symbolic_build(data_batch=data_batch)
+                    return
+                except Exception:  # noqa: BLE001 - a model that needs a real batch: take one
+                    data_batch = None
             for _, _, it in iterator:
                 data_batch = tree.map_structure(_first_local_value, next(it))
                 break
