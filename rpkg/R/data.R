@@ -99,6 +99,9 @@ global_batch_size <- function(per_replica, strategy = NULL) {
 #' @param batch_size The *global* batch size: each replica gets
 #'   `batch_size / replicas` examples per step (see [global_batch_size()]).
 #' @inheritParams fit_distributed
+#' @param seed Seed for the shuffle (`NULL`: TensorFlow's, from its global seed
+#'   when one was set). Each worker of a multi-worker job shuffles its own copy
+#'   of the arrays, so each must be given the same seed.
 #' @param shard_policy The shard policy set on the returned dataset: `"auto"`,
 #'   `"file"`, `"data"`, `"off"` or `"hint"` (see [dataset_shard_policy()]).
 #'   The defaults suit the source: `"data"` for arrays held in memory, `"file"`

@@ -37,7 +37,13 @@
 #' @param shard_policy How a multi-worker job splits the data (`"data"` for
 #'   arrays by default); see [dataset_shard_policy()].
 #' @param shuffle Shuffle arrays every epoch.
-#' @param seed Seed for the shuffle.
+#' @param seed Seed for the shuffle. In a multi-worker job every worker must
+#'   shuffle alike: without a `seed`, a script that set TensorFlow's global
+#'   seed (e.g. `keras$utils$set_random_seed(1L)`) shuffles as it would on one
+#'   device, the same batches in every run; without either, the workers share a
+#'   seed derived from the cluster. Workers seeded differently are an error.
+#'   (The order is `tf.data`'s shuffle of the whole arrays: the same seed gives
+#'   other batches than Keras' own `model$fit(shuffle = TRUE)`.)
 #' @param steps_per_epoch Steps per epoch (needed for infinite datasets).
 #' @param sample_weight Per-example weights (arrays only).
 #' @param check_shards Check that a dataset can be sharded before training.

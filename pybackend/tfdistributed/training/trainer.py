@@ -79,20 +79,73 @@ def _check_model(model, strategy, what: str):
 
 
 def _shared_seed(seed, shuffle, strategy, placement):
-    """The shuffle seed; in a multi-worker job one every worker agrees on.
+    """The shuffle seed; in a multi-worker job one every worker agrees on, checked.
 
     Each worker shuffles its own copy of the arrays and keeps its share of every global batch:
-    with different orders, workers would see some examples twice and others never. Without a
-    seed from the user, every worker derives the same one from the cluster it belongs to.
-    """
-    if seed is not None or not shuffle or placement["kind"] != "multi_worker_mirrored" \
-            or placement["workers"] < 2:
-        return seed
-    import json
-    import zlib
+    with different orders, workers would see some examples twice and others never. TensorFlow
+    shuffles with a pair of seeds, the global one (``tf.random.set_seed``,
+    ``keras.utils.set_random_seed``) and the operation's, so both must agree:
 
-    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
-    return zlib.crc32(json.dumps(cluster, sort_keys=True).encode()) & 0x7FFFFFFF
+    - a global seed set and no ``seed=``: the operation seed is drawn as a one-device shuffle
+      draws it (the next of the global seed's sequence), so a seeded program shuffles the same
+      way in every run, whatever ports the job was given;
+    - no global seed and no ``seed=``: every worker derives the same seed from the cluster it
+      belongs to (a new order in each job, as an unseeded one-device program);
+    - ``seed=``: as given.
+
+    The workers then compare their pairs (one all-gather): workers seeded differently are an
+    error that names the fix, not a silently wrong epoch.
+    """
+    if not shuffle or placement["kind"] != "multi_worker_mirrored" or placement["workers"] < 2:
+        return seed
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import random_seed
+
+    global_seed = context.global_seed()
+    if seed is None and global_seed is not None:
+        seed = random_seed.get_seed(None)[1]
+    elif seed is None:
+        import json
+        import zlib
+
+        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+        seed = zlib.crc32(json.dumps(cluster, sort_keys=True).encode()) & 0x7FFFFFFF
+    _check_seeds_agree(strategy, placement, random_seed.get_seed(seed))
+    return seed
+
+
+def _check_seeds_agree(strategy, placement, pair):
+    """Raise on every worker unless every worker shuffles with the seed ``pair`` (global,
+    operation) this one does."""
+    import tensorflow as tf
+
+    def gather():
+        return tf.distribute.get_replica_context().all_gather(
+            tf.constant([list(pair)], tf.int64), axis=0)
+
+    with strategy.scope(), _peer_lost(placement), telling_failure():
+        gathered = strategy.experimental_local_results(strategy.run(gather))[0].numpy()
+    per_replica = placement["replicas"] // placement["workers"]
+    pairs = [tuple(int(v) for v in row) for row in gathered[::per_replica]]
+    if len(set(pairs)) > 1:
+        seen = ", ".join(f"worker {i}: {_seed_text(p)}" for i, p in enumerate(pairs))
+        raise TrainingError(
+            f"fit: the workers would shuffle the data in different orders ({seen}), so each "
+            "would train on its share of other batches: some examples twice, others never. Set "
+            "the same random seed on every worker (or none), or pass the same seed= to fit().",
+            hints={"python": "E.g. keras.utils.set_random_seed(42) in every worker's program, "
+                             "not a seed that depends on the task index.",
+                   "r": "E.g. keras$utils$set_random_seed(42L) in every worker's script, not "
+                        "one that depends on the task index."})
+
+
+def _seed_text(pair):
+    global_seed, op_seed = pair
+    from tensorflow.python.framework import random_seed
+
+    if global_seed == random_seed.DEFAULT_GRAPH_SEED:
+        return f"no global seed, shuffle seed {op_seed}"
+    return f"global seed {global_seed}, shuffle seed {op_seed}"
 
 
 def _verbose(verbose):
@@ -129,7 +182,13 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         sample_weight, class_weight: as in Keras; with arrays both may be given (the weights
             multiply), and ``class_weight`` is applied as per-example weights on every strategy.
         shuffle, seed: shuffle arrays every epoch. In a multi-worker job every worker must
-            shuffle alike; without a ``seed`` they share one derived from the cluster.
+            shuffle alike. Without a ``seed``, a program that set a global seed
+            (``keras.utils.set_random_seed``) shuffles as it would on one device, so every run
+            of it trains on the same batches; without either, the workers share a seed derived
+            from the cluster (a new order in each job). Workers seeded differently are an
+            error, not a silent mix of orders. (The order is tf.data's shuffle of the whole
+            arrays, not the one Keras' own ``model.fit(x, y, shuffle=True)`` draws: the same
+            seed gives other batches than plain ``model.fit``.)
         shard_policy: how a multi-worker job splits a dataset ("data" for arrays); datasets go
             through the shard pre-flight first (:func:`~tfdistributed.data.sharding.shard_for_workers`:
             under "auto", fewer files than workers means sharding by data, announced once; a
@@ -160,8 +219,9 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         ones too with validation data).
 
     Raises:
-        TrainingError: the model was not built/compiled under the strategy, the batch size
-            does not divide over the replicas, (on several workers) the model's
+        TrainingError: the model was not built/compiled under the strategy, the workers of a
+            multi-worker job would shuffle the arrays in different orders (seeded differently),
+            the batch size does not divide over the replicas, (on several workers) the model's
             ``steps_per_execution`` is more than the batches of one pass over the data, or
             ``save_freq`` in steps cannot resume this input.
         ArgumentTypeError: an argument of the wrong type, or one that does not apply to the

@@ -59,6 +59,10 @@ def parse_args(argv):
                         help="RANK,WARMUP: gradient_compression=powersgd(rank, warmup)")
     parser.add_argument("--dtype-policy", help="Keras' dtype policy (mixed precision) for the model")
     parser.add_argument("--bytes-per-pack", type=int, help="make_strategy's bytes_per_pack")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="tfd.fit(shuffle=True), its seed drawn from the model's global seed")
+    parser.add_argument("--seed-per-worker", action="store_true",
+                        help="then keras.utils.set_random_seed(100 + the task's index) before fit")
     parser.add_argument("--variants", help="a JSON file {name: [options]}: train each in turn")
     return parser.parse_args(argv)
 
@@ -143,7 +147,9 @@ def train(ns, strategy, collectives):
     else:
         (x, y), (xt, yt) = tfd.digits_arrays()
         x, y = x[:ns.examples], y[:ns.examples]
-        history = tfd.fit(model, x, y, epochs=ns.epochs, batch_size=ns.batch, shuffle=False,
+        if ns.seed_per_worker:
+            keras.utils.set_random_seed(100 + tfd.read_tf_config()["task"]["index"])
+        history = tfd.fit(model, x, y, epochs=ns.epochs, batch_size=ns.batch, shuffle=ns.shuffle,
                           verbose=2, backup_dir=ns.backup, callbacks=callbacks,
                           validation_split=ns.validation_split or None)
     (_, _), (xt, yt) = tfd.digits_arrays()

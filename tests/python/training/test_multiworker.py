@@ -25,7 +25,7 @@ from tfdistributed.training import compat
 pytestmark = pytest.mark.cluster
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "mwms_digits.py")
 TIMEOUT = 240
-# The shared job trains 14 models in turn, each of which had a job (and TIMEOUT) of its own.
+# The shared job trains 16 models in turn, each of which had a job (and TIMEOUT) of its own.
 SHARED_TIMEOUT = 900
 VARIANT_MARK = "mwms_digits variant"  # the script's lines around each variant's output
 
@@ -71,6 +71,9 @@ def shared_variants(digits_tfds_dir):
             "--epochs", "2", "--examples", "1345", "--compression", compression,
             *(["--keras-fit"] if keras_fit else [])] for compression, keras_fit in COMPRESSED},
         "packs": ["--epochs", "2", "--examples", "1345", "--bytes-per-pack", "1024"],
+        "shuffled": ["--epochs", "2", "--examples", "1345", "--shuffle"],
+        "seed_per_worker": ["--epochs", "1", "--examples", "1345", "--shuffle",
+                            "--seed-per-worker"],
         "powersgd": ["--epochs", "2", "--examples", "1345", "--compression", "powersgd",
                      "--powersgd", "2,5", "--dtype-policy", "mixed_float16"],
     }
@@ -415,6 +418,45 @@ def one_device_1345():
     history = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=False,
                       verbose=0)
     return history.history, model.get_weights()
+
+
+def test_a_seeded_shuffled_fit_trains_on_the_batches_of_one_device(shared_job):
+    """keras.utils.set_random_seed() then fit(shuffle=True): each worker shuffles its copy of
+    the arrays with the seed one device draws (not one from the job's ports, new at every
+    launch), so the two workers train on one device's batches and a second run repeats the
+    first."""
+    _, outputs = shared_variant(shared_job, "shuffled")
+    (x, y), _ = tfd.digits_arrays()
+    from models import digits_model
+
+    model = digits_model(tfd.make_strategy("default"), seed=1, learning_rate=0.01)
+    one_device = tfd.fit(model, x[:1345], y[:1345], epochs=2, batch_size=64, shuffle=True,
+                         verbose=0).history
+    unshuffled = shared_variant(shared_job, "last_batch")[1]["worker-0"]["history"]
+    for report in outputs.values():
+        np.testing.assert_allclose(report["history"]["loss"], one_device["loss"], rtol=1e-5)
+        for got, want in zip(report["weights"], model.get_weights()):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+    # The same examples unshuffled give other losses: the shuffle did happen.
+    assert abs(unshuffled["loss"][0] - one_device["loss"][0]) > 1e-3
+
+
+def test_workers_seeded_differently_are_told_so_instead_of_shuffling_apart(shared_job):
+    """Each worker's program seeds itself by its index: each would shuffle the arrays its own
+    way and train on its share of other batches (some examples twice, others never). Every
+    worker is told, with the seeds it saw, before any step; the job goes on with the next
+    variant."""
+    outdir, _, _ = shared_job
+    errors = {p.stem: p.read_text() for p in (outdir / "seed_per_worker").glob("*.error")}
+    assert sorted(errors) == ["worker-0", "worker-1"]
+    for text in errors.values():
+        assert "TrainingError: fit: the workers would shuffle the data in different orders " \
+               "(worker 0: global seed 100, shuffle seed " in text
+        assert "worker 1: global seed 101, shuffle seed " in text
+        assert "Set the same random seed on every worker" in text
+    for name in ("shuffled", "powersgd"):  # the variants before and after it trained
+        assert sorted(shared_variant(shared_job, name)[1]) == ["worker-0", "worker-1"]
+    assert not list((outdir / "seed_per_worker").glob("*.json"))
 
 
 # Stated tolerances of 16-bit gradients against 32 bits after 2 epochs (44 Adam steps) of the
