@@ -20,6 +20,7 @@ import collections
 import json
 import os
 import resource
+import time
 
 import pytest
 
@@ -50,10 +51,12 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = item.config.getoption("--cpu-log")
-    before = _cpu_seconds() if path else 0.0
+    before, start = (_cpu_seconds(), time.time()) if path else (0.0, 0.0)
     yield
     if path:
-        line = json.dumps({"test": item.nodeid, "cpu": round(_cpu_seconds() - before, 2)})
+        line = json.dumps({"test": item.nodeid, "cpu": round(_cpu_seconds() - before, 2),
+                           "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                           "start": round(start, 2), "end": round(time.time(), 2)})
         with open(path, "a") as log:  # one short append per line: workers do not interleave
             log.write(line + "\n")
 
@@ -74,6 +77,20 @@ def sums(path: str) -> tuple[collections.Counter, collections.Counter]:
     return groups, files
 
 
+def worker_spans(path: str) -> dict[str, tuple[float, float, float]]:
+    """{xdist worker: (its first test's start, its last test's end, CPU seconds)}."""
+    spans = {}
+    with open(path) as log:
+        for line in log:
+            record = json.loads(line)
+            if "worker" not in record:
+                continue
+            first, last, cpu = spans.get(record["worker"], (record["start"], record["end"], 0.0))
+            spans[record["worker"]] = (min(first, record["start"]), max(last, record["end"]),
+                                       cpu + record["cpu"])
+    return spans
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     path = config.getoption("--cpu-log")
     if not path or _is_worker(config) or not os.path.exists(path):
@@ -89,3 +106,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     write("costliest files:")
     for name, seconds in files.most_common(12):
         write(f"{seconds:8.0f}  {name}")
+    spans = worker_spans(path)
+    if spans:
+        begin = min(first for first, _, _ in spans.values())
+        write("each worker's tests, wall clock from the first start (a worker done early left "
+              "a core to the others):")
+        for worker, (first, last, cpu) in sorted(spans.items()):
+            write(f"  {worker}: {first - begin:6.0f} s to {last - begin:6.0f} s, "
+                  f"{cpu:6.0f} s of CPU")
