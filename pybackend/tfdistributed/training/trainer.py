@@ -13,6 +13,7 @@ strategy. What the strategy is (kind, replicas, input workers) is worked out onc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 
 from . import checkpoints, compat, ps, routing
@@ -78,7 +79,7 @@ def _check_model(model, strategy, what: str):
     return strategy, placement
 
 
-def _shared_seed(seed, shuffle, strategy, placement):
+def _shared_seed(seed, strategy, placement):
     """The shuffle seed; in a multi-worker job one every worker agrees on, checked.
 
     Each worker shuffles its own copy of the arrays and keeps its share of every global batch:
@@ -94,9 +95,10 @@ def _shared_seed(seed, shuffle, strategy, placement):
     - ``seed=``: as given.
 
     The workers then compare their pairs (one all-gather): workers seeded differently are an
-    error that names the fix, not a silently wrong epoch.
+    error that names the fix, not a silently wrong epoch. Called only for arrays to shuffle (a
+    draw from the global seed's sequence where one device draws none would shift the rest).
     """
-    if not shuffle or placement["kind"] != "multi_worker_mirrored" or placement["workers"] < 2:
+    if placement["kind"] != "multi_worker_mirrored" or placement["workers"] < 2:
         return seed
     from tensorflow.python.eager import context
     from tensorflow.python.framework import random_seed
@@ -241,11 +243,14 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     epochs = as_int(epochs, "epochs", minimum=1)
     save_freq = _check_save_freq(save_freq, backup_dir)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
+    seed = as_int(seed, "seed", allow_none=True)
     plan = plan_input("fit", x, y, **placement, batch_size=batch_size,
                       sample_weight=sample_weight, class_weight=class_weight,
                       validation_data=validation_data, validation_split=validation_split,
-                      shuffle=shuffle, seed=_shared_seed(seed, shuffle, strategy, placement),
-                      shard_policy=shard_policy, check_shards=check_shards)
+                      shuffle=shuffle, seed=seed, shard_policy=shard_policy,
+                      check_shards=check_shards)
+    if plan.source == "arrays" and plan.shuffle:
+        plan = dataclasses.replace(plan, seed=_shared_seed(seed, strategy, placement))
     _check_steps_per_execution(model, plan, train=steps_per_epoch is None,
                                validation=plan.validation is not None
                                and fit_kwargs.get("validation_steps") is None)
