@@ -6,6 +6,8 @@ module              what it holds
 ``trainer``         :func:`fit`, :func:`evaluate` and :func:`predict` for every strategy
 ``routing``         plain ``model.fit``/``evaluate``/``predict`` routed (parameter-server
                     strategies) and sent through the shard pre-flight (multi-worker jobs)
+``seeds``           one shuffle order on every worker (``fit``'s seed, Keras' own ``fit`` on
+                    arrays), checked across the workers
 ``compat``          applies, reports and switches off the Keras repairs
 ``repairs/``        one module per Keras 3 x ``tf.distribute`` defect repaired at its root
 ``ps``              parameter-server training on ``ClusterCoordinator``

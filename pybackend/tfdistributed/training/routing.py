@@ -16,7 +16,10 @@ the ``"auto"`` policy, fewer files than workers means sharding by data (announce
 of TensorFlow's error at the first step, and an explicit policy that cannot work is our
 :class:`~tfdistributed.errors.ShardingError`. A multi-worker strategy built for 1 worker in a
 task whose TF_CONFIG names several is refused too
-(:func:`tfdistributed.cluster.live.check_not_alone`).
+(:func:`tfdistributed.cluster.live.check_not_alone`). And Keras' own shuffle of arrays
+(``shuffle=True``, its default) takes one order on every worker of a multi-worker job
+(:func:`tfdistributed.training.seeds.keras_shuffles_alike`): unseeded, each worker drew its own
+and an "epoch" trained some examples twice and others never.
 
 This is routing to :mod:`tfdistributed.training`, not a repair of Keras' own code, but it is
 installed, reported and switched off like one: training builds its record with
@@ -26,10 +29,12 @@ installed, reported and switched off like one: training builds its record with
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 from .._args import check_keras_call
 from .checkpoints import safe_callbacks
+from .seeds import keras_shuffles_alike
 from ..data.plan import check_dataset
 from .repairs.common import Repair
 from .repairs.common import source
@@ -74,7 +79,7 @@ def route(trainer, routes: dict) -> None:
         given["callbacks"] = recorder_for(self, _safe(given.get("callbacks")),
                                           examples_per_step(given.get("x"),
                                                             given.get("batch_size")))
-        with telling_failure():
+        with telling_failure(), _shuffled_alike(self, given):
             return originals["fit"](*bound.args, **bound.kwargs)
 
     def evaluate(self, *args, **kwargs):
@@ -147,6 +152,22 @@ def _shard(bound, model, what) -> None:
         if isinstance(bound.arguments.get(name), tf.data.Dataset):
             bound.arguments[name] = shard_for_workers(bound.arguments[name], workers,
                                                       f"{what}(), {label}")
+
+
+def _shuffled_alike(model, given):
+    """Keras shuffles arrays on each worker (``shuffle=True`` is its default): in a multi-worker
+    job, in one order on every worker (:func:`tfdistributed.training.seeds.keras_shuffles_alike`);
+    anything else needs nothing."""
+    import tensorflow as tf
+    from keras.src.trainers.data_adapters.array_data_adapter import can_convert_arrays
+
+    strategy = _strategy(model)
+    workers = input_workers(strategy)
+    if workers < 2 or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) \
+            or not given.get("shuffle", True) or given.get("x") is None \
+            or not can_convert_arrays(tuple(given.get(k) for k in ("x", "y", "sample_weight"))):
+        return contextlib.nullcontext()
+    return keras_shuffles_alike(strategy, workers)
 
 
 def _strategy(model):

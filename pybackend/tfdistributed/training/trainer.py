@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import os
 
-from . import checkpoints, compat, ps, routing
+from . import checkpoints, compat, ps, routing, seeds
 from .._args import as_int, as_verbose
 from ..cluster.environment import is_chief
 from ..data.plan import plan_input
@@ -77,77 +77,6 @@ def _check_model(model, strategy, what: str):
         raise TrainingError(f"The model is not compiled: call model.compile(optimizer=..., loss=...) "
                             f"inside the strategy's scope before {what}().")
     return strategy, placement
-
-
-def _shared_seed(seed, strategy, placement):
-    """The shuffle seed; in a multi-worker job one every worker agrees on, checked.
-
-    Each worker shuffles its own copy of the arrays and keeps its share of every global batch:
-    with different orders, workers would see some examples twice and others never. TensorFlow
-    shuffles with a pair of seeds, the global one (``tf.random.set_seed``,
-    ``keras.utils.set_random_seed``) and the operation's, so both must agree:
-
-    - a global seed set and no ``seed=``: the operation seed is drawn as a one-device shuffle
-      draws it (the next of the global seed's sequence), so a seeded program shuffles the same
-      way in every run, whatever ports the job was given;
-    - no global seed and no ``seed=``: every worker derives the same seed from the cluster it
-      belongs to (a new order in each job, as an unseeded one-device program);
-    - ``seed=``: as given.
-
-    The workers then compare their pairs (one all-gather): workers seeded differently are an
-    error that names the fix, not a silently wrong epoch. Called only for arrays to shuffle (a
-    draw from the global seed's sequence where one device draws none would shift the rest).
-    """
-    if placement["kind"] != "multi_worker_mirrored" or placement["workers"] < 2:
-        return seed
-    from tensorflow.python.eager import context
-    from tensorflow.python.framework import random_seed
-
-    global_seed = context.global_seed()
-    if seed is None and global_seed is not None:
-        seed = random_seed.get_seed(None)[1]
-    elif seed is None:
-        import json
-        import zlib
-
-        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
-        seed = zlib.crc32(json.dumps(cluster, sort_keys=True).encode()) & 0x7FFFFFFF
-    _check_seeds_agree(strategy, placement, random_seed.get_seed(seed))
-    return seed
-
-
-def _check_seeds_agree(strategy, placement, pair):
-    """Raise on every worker unless every worker shuffles with the seed ``pair`` (global,
-    operation) this one does."""
-    import tensorflow as tf
-
-    def gather():
-        return tf.distribute.get_replica_context().all_gather(
-            tf.constant([list(pair)], tf.int64), axis=0)
-
-    with strategy.scope(), _peer_lost(placement), telling_failure():
-        gathered = strategy.experimental_local_results(strategy.run(gather))[0].numpy()
-    per_replica = placement["replicas"] // placement["workers"]
-    pairs = [tuple(int(v) for v in row) for row in gathered[::per_replica]]
-    if len(set(pairs)) > 1:
-        seen = ", ".join(f"worker {i}: {_seed_text(p)}" for i, p in enumerate(pairs))
-        raise TrainingError(
-            f"fit: the workers would shuffle the data in different orders ({seen}), so each "
-            "would train on its share of other batches: some examples twice, others never. Set "
-            "the same random seed on every worker (or none), or pass the same seed= to fit().",
-            hints={"python": "E.g. keras.utils.set_random_seed(42) in every worker's program, "
-                             "not a seed that depends on the task index.",
-                   "r": "E.g. keras$utils$set_random_seed(42L) in every worker's script, not "
-                        "one that depends on the task index."})
-
-
-def _seed_text(pair):
-    global_seed, op_seed = pair
-    from tensorflow.python.framework import random_seed
-
-    if global_seed == random_seed.DEFAULT_GRAPH_SEED:
-        return f"no global seed, shuffle seed {op_seed}"
-    return f"global seed {global_seed}, shuffle seed {op_seed}"
 
 
 def _verbose(verbose):
@@ -250,7 +179,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
                       shuffle=shuffle, seed=seed, shard_policy=shard_policy,
                       check_shards=check_shards)
     if plan.source == "arrays" and plan.shuffle:
-        plan = dataclasses.replace(plan, seed=_shared_seed(seed, strategy, placement))
+        with _peer_lost(placement), telling_failure():
+            plan = dataclasses.replace(plan, seed=seeds.shared_seed(seed, strategy, placement))
     _check_steps_per_execution(model, plan, train=steps_per_epoch is None,
                                validation=plan.validation is not None
                                and fit_kwargs.get("validation_steps") is None)

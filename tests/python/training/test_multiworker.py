@@ -459,6 +459,67 @@ def test_workers_seeded_differently_are_told_so_instead_of_shuffling_apart(share
     assert not list((outdir / "seed_per_worker").glob("*.json"))
 
 
+def _times_each_example_trained():
+    """On each worker of a 2-worker job, one epoch of Keras' own ``model.fit(x, y)`` (shuffle
+    is its default) on 256 one-hot examples, for each way a program seeds itself: how many
+    examples were trained on 0, 1, 2... times (a zero-initialised kernel trained by SGD on the
+    prediction itself moves by each example's count), or the error that was raised."""
+    import json
+    import os
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    import tfdistributed as tfd
+
+    strategy = tfd.make_strategy("auto")
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    n = 256
+    out = {}
+    for case, seed in (("unseeded", None), ("seeded", 3), ("seeded_by_index", 100 + index),
+                       ("tfd_unseeded", None)):
+        tf.random.set_seed(None)  # as a program that never set one
+        if seed is not None:
+            keras.utils.set_random_seed(seed)
+        with strategy.scope():
+            model = keras.Sequential([keras.layers.Input((n,)), keras.layers.Dense(
+                1, use_bias=False, kernel_initializer="zeros")])
+            model.compile(keras.optimizers.SGD(1.0), loss=lambda y, prediction: prediction)
+        x, y = np.eye(n, dtype="float32"), np.zeros((n, 1), "float32")
+        try:
+            if case.startswith("tfd"):
+                tfd.fit(model, x, y, batch_size=32, epochs=1, verbose=0)
+            else:
+                model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+        except tfd.TrainingError as e:
+            out[case] = str(e)
+            continue
+        moved = -model.get_weights()[0][:, 0]
+        out[case] = np.bincount(np.round(moved / moved[moved > 0].min()).astype(int)).tolist()
+        out[case + ":global_seed_after"] = context.global_seed()
+    return out
+
+
+def test_keras_own_fit_shuffles_arrays_in_one_order_on_every_worker():
+    """Keras' own fit shuffles arrays on each worker with tf.random.shuffle: with no global
+    seed each worker drew its own order and kept its half of each global batch from it, so an
+    "epoch" trained ~a quarter of the examples twice and ~a quarter never (seen: 67, 122, 67 of
+    256 trained 0, 1, 2 times). Now every example once; workers seeded alike keep Keras' own
+    order; workers seeded apart are told so; tfd.fit already shared its order."""
+    job = tfd.launch(_times_each_example_trained, workers=2, timeout=TIMEOUT, echo=False)
+    for out in job.values:
+        for case in ("unseeded", "seeded", "tfd_unseeded"):
+            assert out[case] == [0, 256], (case, out[case])
+        # The seed given for the call is taken back: the program is unseeded again.
+        assert out["unseeded:global_seed_after"] is None
+        assert out["seeded:global_seed_after"] == 3
+        assert out["seeded_by_index"].startswith(
+            "model.fit: the workers would shuffle the data in different orders (worker 0: "
+            "global seed 100, worker 1: global seed 101)")
+
+
 # Stated tolerances of 16-bit gradients against 32 bits after 2 epochs (44 Adam steps) of the
 # digits model, about 10x what was seen (2026-11-25): the loss relative (seen 1e-5 fp16, 2e-4
 # bf16), the weights absolute (seen 1.0e-4 fp16, 1.3e-2 bf16: Adam normalises each gradient
