@@ -151,6 +151,39 @@ def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(tmp
     assert info.value.failure["task"] == "worker 1"
 
 
+def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path):
+    # SIGKILL (the OOM killer, kill -9, a closed terminal's session) runs no teardown in the
+    # launcher: its tasks, in sessions of their own, would train on or wait forever.
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    task = script(tmp_path, f"""
+        import os, time
+        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+        time.sleep(300)
+    """)
+    launcher = script(tmp_path, f"""
+        import tfdistributed as tfd
+        tfd.launch({task!r}, workers=2, timeout=300, echo=False)
+    """, name="launcher.py")
+    proc = subprocess.Popen([sys.executable, launcher])
+    tasks = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(os.listdir(pids)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tasks = [psutil.Process(int(name)) for name in os.listdir(pids)]
+        assert len(tasks) == 2
+        proc.kill()
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(tasks, timeout=10)
+        assert alive == []
+    finally:
+        proc.kill()
+        for task in tasks:
+            if task.is_running():
+                task.kill()
+
+
 def test_sigkilled_task_is_named(tmp_path):
     path = script(tmp_path, """
         import json, os, signal, subprocess, sys, time

@@ -2,6 +2,10 @@
 output, polls them, applies the policy for vital and non-vital tasks, and tears every process
 down on a failure, the timeout or an interrupt; the diagnosis says which task failed and how,
 or which tasks never joined the cluster. :class:`LocalLauncher` is the engine.
+
+A launcher that cannot tear down (killed with SIGKILL, out of memory, its terminal closed)
+takes its tasks with it on Linux: each is started with ``PR_SET_PDEATHSIG`` = SIGKILL, so no
+worker trains on, or waits forever in a collective, for a job nobody watches.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ class LocalJob:
             task.proc = subprocess.Popen(
                 task.plan.argv, env=task.plan.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=task.plan.preexec_fn)
+                preexec_fn=_dying_with_this_process(task.plan.preexec_fn))
             task.reader = threading.Thread(target=self._read, args=(task,), daemon=True)
             task.reader.start()
 
@@ -238,6 +242,30 @@ def _kill_tree(procs, grace: float) -> None:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _dying_with_this_process(preexec_fn):
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process ends (Linux's
+    ``PR_SET_PDEATHSIG``; strictly, when the thread that starts it ends: ``launch()`` starts and
+    waits for its tasks in one thread), then runs ``preexec_fn``. Elsewhere ``preexec_fn``."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return preexec_fn
+    import ctypes
+
+    # Looked up here, not in the child: loading a library between fork and exec can deadlock.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def run():
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # this process ended before the child asked
+            os._exit(1)
+        if preexec_fn is not None:
+            preexec_fn()
+
+    return run
 
 
 def _failure_message(task: _Process) -> str:
