@@ -16,6 +16,13 @@ With several workers, TensorFlow *auto-shards* each worker's copy of the dataset
 - ``"hint"``: shard where ``dataset.shard(SHARD_HINT, ...)`` says.
 - ``"off"``: no sharding; every worker sees every element.
 
+Each worker builds its own copy of the pipeline, so a shuffle before the split must shuffle
+alike everywhere: with no seed (``shuffle(n)`` in a program that set no global seed,
+``list_files()``' default), TensorFlow draws one at random in each process, each worker keeps
+its share of its own order, and a pass over the data reads some examples twice and others
+never. The pre-flight says so once (a :class:`~tfdistributed.errors.ShardingWarning`): for any
+such shuffle when sharding by data, for one of the file names when by file.
+
 A policy set explicitly is kept: an explicit ``"file"`` that cannot work is our
 :class:`~tfdistributed.errors.ShardingError`, naming the fix. tf.data cannot tell an explicit
 ``"auto"`` from the default (the options travel in a proto whose enum field defaults to AUTO,
@@ -185,17 +192,24 @@ def _without_caches(dataset, graph):
     return dataset_ops._VariantDataset(variant, dataset.element_spec)
 
 
-def _shard_failure(dataset, num_shards):
+def _shard_failure(dataset, num_shards, graph=None):
     """TensorFlow's error for the first worker whose shard cannot be built, or None.
 
     Checks the first and the last worker: the rewrite fails for the first when files are
     short, and the last gets the empty remainder when elements are short. Reads a copy without
-    caches (:func:`_without_caches`), never ``dataset`` itself.
+    caches (:func:`_without_caches`), never ``dataset`` itself. ``graph``: the dataset's, when
+    the caller has it (left as it is).
     """
     import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
     from tensorflow.python.distribute import input_ops
 
-    dataset = _without_caches(dataset, _graph(dataset))
+    if graph is None:
+        graph = _graph(dataset)
+    else:
+        graph, given = graph_pb2.GraphDef(), graph
+        graph.CopyFrom(given)
+    dataset = _without_caches(dataset, graph)
     if dataset is None:
         return None
     for index in sorted({0, num_shards - 1}):
@@ -230,6 +244,60 @@ def _announce_data_sharding(graph, error, workers: int, what: str) -> None:
         ShardingWarning, stacklevel=_user_stacklevel())
 
 
+_SHUFFLE_OPS = ("ShuffleDataset", "ShuffleAndRepeatDataset")
+# Where a file-based shard cuts a pipeline: a reader's file names, or the file names an
+# interleave or flat_map opens readers on.
+_FILE_CUT_OPS = _READER_OPS + ("InterleaveDataset", "ParallelInterleaveDataset",
+                               "LegacyParallelInterleaveDataset", "FlatMapDataset")
+
+
+def _shuffled_apart(graph, by_file: bool) -> bool:
+    """Whether each worker would shuffle in an order of its own before the data is split: a
+    shuffle with no seed (TensorFlow then draws its seeds at random in every process; seeds
+    from ``shuffle(seed=)`` or from a global seed are the same in every worker running the
+    same program) upstream of where the policy cuts. Sharding by data cuts after the whole
+    pipeline; by file, the file names (``list_files()`` shuffles them by default)."""
+    from tensorflow.python.framework import tensor_util
+
+    nodes = {node.name: node for node in graph.node}
+
+    def const(name):
+        node = nodes.get(name.split(":")[0])
+        return None if node is None or node.op != "Const" else \
+            tensor_util.MakeNdarray(node.attr["value"].tensor).item()
+
+    def unseeded(node):
+        return node.op.startswith(_SHUFFLE_OPS) and len(node.input) >= 4 \
+            and const(node.input[2]) == 0 and const(node.input[3]) == 0
+
+    if not by_file:
+        return any(unseeded(node) for node in graph.node)
+    for cut in (node for node in graph.node if node.op.startswith(_FILE_CUT_OPS)):
+        name = cut.input[0] if cut.input else None
+        while name is not None and name.split(":")[0] in nodes:
+            node = nodes[name.split(":")[0]]
+            if unseeded(node):
+                return True
+            name = node.input[0] if node.input and node.op.endswith(("Dataset", "DatasetV2",
+                                                                      "DatasetV3")) else None
+    return False
+
+
+def _announce_shuffled_apart(workers: int, what: str, by_file: bool) -> None:
+    """The notice of a pipeline each worker shuffles its own way, once per data and process."""
+    key = ("shuffled apart", what, workers)
+    if key in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(key)
+    # Short: a launched task's output shows the first 400 characters of a line.
+    warnings.warn(
+        f"{what} is shuffled without a seed, then split over {workers} workers: each worker "
+        f"shuffles {'the file names' if by_file else 'the data'} its own way, so a pass reads "
+        f"some examples twice and others never. Seed it: shuffle(n, seed=42), or the same "
+        f"keras.utils.set_random_seed(42) on every worker.", ShardingWarning,
+        stacklevel=_user_stacklevel())
+
+
 def _user_stacklevel() -> int:
     """The ``stacklevel`` naming the user's call (the first frame outside tfdistributed, Keras
     and TensorFlow) in the warning, else the outermost frame (a call from R)."""
@@ -255,7 +323,8 @@ def shard_for_workers(dataset, workers, what: str = "This dataset"):
     step: the pre-flight of every entry point (see the module docstring).
 
     Under ``"auto"``, a pipeline that reads fewer files than there are workers comes back with
-    the ``"data"`` policy, announced once; every other policy comes back unchanged.
+    the ``"data"`` policy, announced once; every other policy comes back unchanged. A shuffle
+    without a seed before the split is announced once too (see the module docstring).
 
     Args:
         dataset: the ``tf.data.Dataset`` each worker would read (batched as for training).
@@ -279,16 +348,18 @@ def shard_for_workers(dataset, workers, what: str = "This dataset"):
     policy = shard_policy(dataset)
     if workers == 1 or policy == "off":
         return dataset
-    failure = _shard_failure(dataset, workers)
-    if failure is None:
-        return dataset
     graph = _graph(dataset)
-    if policy == "auto" and _files_short(policy, graph):
+    failure = _shard_failure(dataset, workers, graph)
+    if failure is not None and policy == "auto" and _files_short(policy, graph):
         _announce_data_sharding(graph, failure[1], workers, what)
         dataset = with_shard_policy(dataset, "data")
         policy, failure = "data", _shard_failure(dataset, workers)
-        if failure is None:
-            return dataset
+    if failure is None:
+        if policy in ("data", "file", "auto"):
+            by_file = policy != "data" and _files_short(policy, graph)
+            if _shuffled_apart(graph, by_file):
+                _announce_shuffled_apart(workers, what, by_file)
+        return dataset
     raise _sharding_error(what, policy, workers, failure, _files_short(policy, graph),
                           any(op.startswith("CacheDataset") for op in _dataset_ops(graph)))
 

@@ -111,6 +111,60 @@ def test_too_few_batches_for_the_workers():
         tfd.check_sharding(ds, 3)
 
 
+def test_a_shuffle_without_a_seed_before_the_workers_split_the_data_is_announced(tmp_path):
+    """Without a seed TensorFlow draws a shuffle's seeds at random in each process: each worker
+    shuffles its own way and keeps its share, so a pass reads some examples twice and others
+    never (TensorFlow's own multi-worker tutorial shuffles so). Said once, where the shuffle
+    comes before the split: anywhere when sharding by data, on the file names when by file."""
+    import warnings
+
+    import tensorflow as tf
+
+    paths = []
+    for i in range(2):
+        paths.append(str(tmp_path / f"part-{i}.tfrecord"))
+        with tf.io.TFRecordWriter(paths[-1]) as writer:
+            for j in range(16):
+                writer.write(str(16 * i + j).encode())
+    pattern = str(tmp_path / "part-*.tfrecord")
+
+    def records(names):
+        return names.interleave(tf.data.TFRecordDataset, cycle_length=2).batch(4)
+
+    cases = {
+        "unseeded, by data": (lambda: tf.data.Dataset.range(64).shuffle(64).batch(8),
+                              "the data"),
+        "seeded, by data": (lambda: tf.data.Dataset.range(64).shuffle(64, seed=1).batch(8), None),
+        "global seed, by data": (lambda: tf.data.Dataset.range(64).shuffle(64).batch(8), None),
+        "after the split": (lambda: records(tf.data.Dataset.list_files(pattern, shuffle=False))
+                            .shuffle(16), None),
+        "file names": (lambda: records(tf.data.Dataset.list_files(pattern)), "the file names"),
+        "file names, seeded": (lambda: records(tf.data.Dataset.list_files(pattern, seed=2)),
+                               None),
+        "unseeded, off": (lambda: tfd.with_shard_policy(
+            tf.data.Dataset.range(64).shuffle(64).batch(8), "off"), None),
+    }
+    for what, (make, cut) in cases.items():
+        if what.startswith("global seed"):
+            tf.random.set_seed(7)
+        try:
+            dataset = make()
+        finally:
+            tf.random.set_seed(None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):  # once per data and process
+                tfd.sharding.shard_for_workers(dataset, 2, what)
+        notices = [str(w.message) for w in caught if issubclass(w.category, tfd.ShardingWarning)]
+        if cut is None:
+            assert notices == [], what
+            continue
+        assert len(notices) == 1, (what, notices)
+        assert notices[0].startswith(f"{what} is shuffled without a seed, then split over 2 "
+                                     f"workers: each worker shuffles {cut} its own way"), notices
+        assert "Seed it: shuffle(n, seed=42)" in notices[0]
+
+
 def test_single_worker_needs_no_check():
     import tensorflow as tf
 
