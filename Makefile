@@ -29,8 +29,8 @@ test: setup
 	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 --cpu-log=.logs/test-cpu.jsonl $(PYTEST_ARGS)
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
-# suite or build (pytest markers `cluster` and `slow`): 743 tests, 2 min 15 s of pytest on this
-# 2-core machine, 2026-11-26. `make test` stays the full suite (1,214 tests, 26-31 min, and the
+# suite or build (pytest markers `cluster` and `slow`): 745 tests, 1 min 48 s of pytest on this
+# 2-core machine, 2026-11-26. `make test` stays the full suite (1,221 tests, 25-31 min, and the
 # CPU seconds per test folder at its end: see vignettes/articles/development.Rmd).
 check: setup
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)
