@@ -15,6 +15,8 @@ import pytest
 import tfdistributed as tfd
 from tfdistributed import LaunchError, LaunchTimeoutError
 
+from enginesupport import assert_the_cause_is_named, peer_brought_down
+
 pytestmark = pytest.mark.cluster
 
 
@@ -123,32 +125,11 @@ def test_failing_task_is_named_and_the_others_are_stopped(tmp_path):
 
 
 def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(tmp_path):
-    # Worker 1 ends (the stall timeout's status 76); worker 0, as a peer waiting in a collective
-    # would, fails with status 1 because of it. The supervisor is held in on_output meanwhile,
-    # as a loaded machine holds it, so that it sees both ends in one poll.
-    gone = tmp_path / "worker-1-gone"
-    path = script(tmp_path, f"""
-        import json, os, sys, time
-        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
-            print("stalled", flush=True)
-            open({str(gone)!r}, "w").close()
-            os._exit(76)
-        while not os.path.exists({str(gone)!r}):
-            time.sleep(0.01)
-        time.sleep(0.1)
-        sys.exit("worker 0: its peer is gone")
-    """)
-
-    def held(line):
-        if line.endswith("stalled"):
-            time.sleep(2)
-
+    # Both ends pass while the supervisor is held in on_output: it sees them in one poll.
+    path, held = peer_brought_down(tmp_path)
     with pytest.raises(LaunchError) as info:
         tfd.launch(path, workers=2, timeout=120, echo=False, on_output=held)
-    codes = {t.name: t.returncode for t in info.value.results}
-    assert codes == {"worker 0": 1, "worker 1": 76}  # both ended before the supervisor looked
-    assert "Task worker 1 exited with status 76" in str(info.value)
-    assert info.value.failure["task"] == "worker 1"
+    assert_the_cause_is_named(info.value)
 
 
 def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path):

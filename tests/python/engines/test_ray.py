@@ -18,7 +18,7 @@ import tfdistributed as tfd
 from tfdistributed import LaunchError, LaunchTimeoutError
 
 from enginesupport import (SCRIPTS, assert_history_and_figures_came_back, assert_identical_weights,
-                           processes_running)
+                           assert_the_cause_is_named, peer_brought_down, processes_running)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -75,35 +75,12 @@ def test_failing_task_fails_the_job_fast_and_by_name(ray_cluster, tmp_path):
 
 def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(ray_cluster,
                                                                              tmp_path):
-    # As on the local engine (test_launch): worker 1 ends with the stall timeout's status 76,
-    # worker 0 then fails with status 1 because of it, while the job is held in on_output (as a
-    # loaded machine holds it) and sees both ends in one poll.
-    gone = tmp_path / "worker-1-gone"
-    path = tmp_path / "stall.py"
-    path.write_text(textwrap.dedent(f"""
-        import json, os, sys, time
-        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
-            print("stalled", flush=True)
-            time.sleep(1)
-            open({str(gone)!r}, "w").close()
-            os._exit(76)
-        while not os.path.exists({str(gone)!r}):
-            time.sleep(0.01)
-        time.sleep(0.1)
-        sys.exit("worker 0: its peer is gone")
-    """))
-
-    def held(line):
-        if line.endswith("stalled"):
-            time.sleep(4)
-
+    # As on the local engine (test_launch). Worker 1 waits 1 s after its line, so that the
+    # line is polled while it still runs and the job is held (4 s) while both tasks end.
+    path, held = peer_brought_down(tmp_path, pause=1.0, hold=4.0)
     with pytest.raises(LaunchError) as info:
-        tfd.launch(str(path), workers=2, backend="ray", timeout=120, echo=False,
-                   on_output=held)
-    codes = {t.name: t.returncode for t in info.value.results}
-    assert codes == {"worker 0": 1, "worker 1": 76}  # both ended before the job looked
-    assert "Task worker 1 exited with status 76" in str(info.value)
-    assert info.value.failure["task"] == "worker 1"
+        tfd.launch(path, workers=2, backend="ray", timeout=120, echo=False, on_output=held)
+    assert_the_cause_is_named(info.value)
 
 
 def _kill_my_actor(pid_dir):

@@ -1,5 +1,5 @@
-"""Helpers shared by the engine tests (SLURM, Ray): weights written by each worker, and the
-processes a job may leave behind."""
+"""Helpers shared by the engine tests (local, SLURM, Ray): weights written by each worker, the
+processes a job may leave behind, and a job in which one task's end brings the other down."""
 
 from __future__ import annotations
 
@@ -62,3 +62,42 @@ def processes_running(marker: str) -> list:
         except psutil.Error:
             continue
     return found
+
+
+def peer_brought_down(tmp_path, pause=0.0, hold=2.0):
+    """A 2-worker job in which one task's end brings the other down, seen in one poll: the
+    script's path and the ``on_output`` that holds the engine meanwhile (as a loaded machine
+    holds it). Worker 1 prints "stalled", waits ``pause`` s and exits with the stall timeout's
+    status 76; worker 0, as a peer waiting in a collective would, then fails with status 1."""
+    import textwrap
+    import time
+
+    gone = tmp_path / "worker-1-gone"
+    path = tmp_path / "peer_brought_down.py"
+    path.write_text(textwrap.dedent(f"""
+        import json, os, sys, time
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            print("stalled", flush=True)
+            time.sleep({pause!r})
+            open({str(gone)!r}, "w").close()
+            os._exit(76)
+        while not os.path.exists({str(gone)!r}):
+            time.sleep(0.01)
+        time.sleep(0.1)
+        sys.exit("worker 0: its peer is gone")
+    """))
+
+    def held(line):
+        if line.endswith("stalled"):
+            time.sleep(hold)
+
+    return str(path), held
+
+
+def assert_the_cause_is_named(error) -> None:
+    """``error`` (a LaunchError of :func:`peer_brought_down`'s job) names worker 1, whose end
+    came first, not worker 0, which its end brought down."""
+    codes = {t.name: t.returncode for t in error.results}
+    assert codes == {"worker 0": 1, "worker 1": 76}  # both ended before the engine looked
+    assert "Task worker 1 exited with status 76" in str(error)
+    assert error.failure["task"] == "worker 1"
