@@ -18,6 +18,8 @@ module         what it holds
 ``elastic/``   hosts that come and go: which places each attempt runs on, a job that
                shrinks when a host is gone for good (``min_workers``) and grows when it is
                back, every engine alike
+``warm/``      warm starts for the local engine (``warm_start=True``): Python tasks forked
+               from a server that imported TensorFlow once, instead of importing it each
 =============  ==========================================================================
 
 :data:`ENGINES` maps each backend name to its engine. An engine's module is imported only when

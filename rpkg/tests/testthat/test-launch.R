@@ -162,3 +162,22 @@ test_that("min_workers needs hosts that can be lost, and a whole number", {
   expect_error(launch_cluster(script, workers = 2, min_workers = 1.5), "min_workers",
                class = "tfdistributed_error")
 })
+
+test_that("warm_start forks a Python script's tasks from a warm Python, and must be a flag", {
+  skip_if_no_backend()
+  script <- withr::local_tempfile(fileext = ".py")
+  writeLines(c("import json, os",
+               "print('index', json.loads(os.environ['TF_CONFIG'])['task']['index'], os.getppid())"),
+             script)
+  job <- launch_cluster(script, workers = 2, warm_start = TRUE, echo = FALSE, progress = FALSE)
+  expect_identical(job$tasks$returncode, c(0L, 0L))
+  # Both tasks came from the one warm server of this R session: the same parent, not R's Python.
+  parents <- vapply(job$output, function(out) {
+    line <- grep("^index ", out, value = TRUE)
+    as.integer(strsplit(line, " ")[[1]][[3]])
+  }, 0L)
+  expect_identical(length(unique(parents)), 1L)
+  expect_false(parents[[1]] == Sys.getpid())
+  expect_error(launch_cluster(script, workers = 2, warm_start = "yes"), "warm_start",
+               class = "tfdistributed_error")
+})

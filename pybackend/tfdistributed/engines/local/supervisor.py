@@ -27,6 +27,7 @@ from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult
 from ..output import Relay, error_summary, how_it_ended
 from ..elastic.probes import probe_hosts
+from ..warm import start_task, warm_start_wanted
 from .plan import (LaunchPlan, TaskPlan, check_hosts, check_timeout, host_of, on_hosts,
                    plan_launch)
 from ..restarts import failure_of
@@ -59,21 +60,29 @@ class LocalJob:
     ends the attempt (success, failure, timeout, interrupt), :meth:`stop` leaves no process.
     """
 
-    def __init__(self, plan: LaunchPlan, relay: Relay, grace: float):
+    def __init__(self, plan: LaunchPlan, relay: Relay, grace: float, warm_start: bool = False):
         self.plan = plan
         self.relay = relay
         self.grace = grace
+        self.warm_start = warm_start
         self.tasks = [_Process(t) for t in plan.tasks]
         self.lines: queue.Queue = queue.Queue()
+        self._noted: set = set()
 
     def start(self) -> None:
         for task in self.tasks:
-            task.proc = subprocess.Popen(
-                task.plan.argv, env=task.plan.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_dying_with_this_process(task.plan.preexec_fn))
+            # A subprocess.Popen, or a process forked by a warm server (engines/warm); either
+            # way it gets SIGKILL if this process ends.
+            task.proc = start_task(task.plan, self.plan.cwd, self.warm_start, self._note,
+                                   _dying_with_this_process(task.plan.preexec_fn))
             task.reader = threading.Thread(target=self._read, args=(task,), daemon=True)
             task.reader.start()
+
+    def _note(self, line: str) -> None:
+        """A line of the launcher's own, once per attempt."""
+        if line not in self._noted:
+            self._noted.add(line)
+            self.lines.put(line)
 
     def _read(self, task: _Process) -> None:
         for raw in iter(task.proc.stdout.readline, b""):
@@ -315,10 +324,12 @@ class LocalLauncher:
     def __init__(self, target, workers=2, ps=0, chief=False, *, timeout, max_restarts=0,
                  env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
                  cwd=None, show_all=False, cluster=None, tasks=None, prepare_task=None,
-                 hosts=None, grace=5.0, watch=None, min_workers=None, grace_for_places=300.0):
+                 hosts=None, grace=5.0, watch=None, min_workers=None, grace_for_places=300.0,
+                 warm_start=None):
         import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
         self.timeout = check_timeout(timeout)
+        self.warm_start = warm_start_wanted(warm_start)
         if cluster is None and hosts is not None:
             raise ArgumentTypeError("`hosts` names where the tasks of an explicit `cluster` run: "
                                     "pass the `cluster` whose addresses are on those hosts too.")
@@ -359,7 +370,7 @@ class LocalLauncher:
             tasks = None if tasks is None else [t for t in tasks if t in cluster.tasks()]
         env = dict(self.options["env"] or {}, **{ATTEMPT_ENV: str(attempt)})
         plan = plan_launch(self.target, cluster, **dict(self.options, env=env, tasks=tasks))
-        return LocalJob(plan, self.relay, self.grace)
+        return LocalJob(plan, self.relay, self.grace, self.warm_start)
 
     # -- hosts that come and go (engines/elastic) -------------------------------------------
     def places(self) -> list:

@@ -1,0 +1,50 @@
+"""Warm starts: the local engine's tasks forked from a Python that has imported TensorFlow
+already, instead of each task importing it (~3 s of CPU per task on a laptop-class core).
+
+``launch(..., warm_start=True)`` (or ``TFDISTRIBUTED_WARM_START=1`` in the environment) starts,
+once per launching process, a *warm server*: ``python -m tfdistributed.engines.warm.server``,
+run with the tasks' environment, imports TensorFlow, Keras and tfdistributed and waits on a
+Unix socket in a private directory. For each task the launcher sends the task's argv,
+environment and working directory, and the write end of the pipe its output goes to; the
+server forks, and the child becomes the task as ``python argv...`` would have run it (its own
+session and process group, stdin from ``/dev/null``, ``sys.argv``, ``sys.path[0]``, ``__main__``,
+the exit status of an uncaught exception or ``sys.exit``, ``atexit`` handlers, NumPy's global
+random state drawn afresh). The server reaps it and sends its exit status (or the signal that
+killed it, as a negative code, as :class:`subprocess.Popen` does) back to the launcher. The
+task is a separate process like any other: its own TensorFlow runtime (TensorFlow starts its
+threads and runtime lazily, after the fork), its own gRPC server, killed, signalled and
+inspected (``py-spy``) by pid as before.
+
+What is not the same as a fresh interpreter, and so when a task starts the usual way:
+
+- the modules the server imported are imported already: a script that sets an environment
+  variable read at import time (``KERAS_BACKEND``, ``TF_CPP_MIN_LOG_LEVEL``) before importing
+  them gets the server's values. Only a task whose environment equals the server's, but for the
+  variables that change per task (``TF_CONFIG``, ``TFDISTRIBUTED_*``), is forked; another
+  environment gets a server of its own (up to :data:`~.client.MAX_SERVERS` live at once);
+- a task run through a command prefix (``hosts=``: another network namespace), by another
+  interpreter (``python=``), an R script, or with a ``preexec_fn`` (``prepare_task``) always
+  starts the usual way;
+- TensorFlow's own start-up lines (oneDNN, CUDA) are printed once by the server, not by each
+  task;
+- seen from outside, a task's command line and environment (``ps``, ``/proc/PID/cmdline``
+  and ``environ``, psutil's ``cmdline()`` and ``environ()``) are the server's, as the kernel
+  kept them from its start; the task's own ``os.environ`` and ``sys.argv`` are the task's.
+  Find a task by its port (the process listening on its TF_CONFIG address) or its pid
+  (``launch()`` output, ``job$workers``), not by its command line.
+
+If the server cannot start (or dies), tasks start the usual way and the job's output says why.
+
+Modules: ``server`` (the warm process: imports, listens, forks, reaps), ``child`` (what a forked
+child does to become the task) and ``client`` (the launcher's side: :class:`~.client.WarmProcess`,
+shaped as the :class:`subprocess.Popen` the supervisor uses, and :func:`~.client.start_task`).
+
+Layer: inside ``engines``; imports nothing of the package above ``errors`` and
+``cluster.environment`` (and the server process imports the package whole).
+"""
+
+from .client import (WARM_START_ENV, WarmProcess, server_pids, shutdown, start_task,
+                     warm_start_wanted)
+
+__all__ = ["WARM_START_ENV", "WarmProcess", "server_pids", "shutdown", "start_task",
+           "warm_start_wanted"]

@@ -1,0 +1,292 @@
+"""The launcher's side of warm starts: :func:`start_task` starts a task from a warm server
+when it can (else as :class:`subprocess.Popen`), and :class:`WarmProcess` is the started task,
+with the part of Popen's interface the local engine's supervisor uses."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from ...cluster.environment import process_getenv
+from ...errors import ArgumentTypeError
+
+#: ``TFDISTRIBUTED_WARM_START=1``: ``launch()``'s default for ``warm_start``.
+WARM_START_ENV = "TFDISTRIBUTED_WARM_START"
+#: Servers kept running at once (one per distinct task environment; the least used goes).
+MAX_SERVERS = 3
+#: Seconds a server may take to import TensorFlow and be ready.
+START_TIMEOUT = 120.0
+# Variables that change per task or per attempt and are read when the task runs, never when
+# TensorFlow or the package is imported: a task that differs from the server only in these is
+# forked from it.
+_PER_TASK = ("TF_CONFIG",)
+_PER_TASK_PREFIX = "TFDISTRIBUTED_"
+
+
+def warm_start_wanted(warm_start) -> bool:
+    """``launch(warm_start=)`` checked: ``None`` reads ``TFDISTRIBUTED_WARM_START`` (``"1"``:
+    on) from the process environment as it is now (R's ``Sys.setenv()`` included)."""
+    if warm_start is None:
+        value = (process_getenv(WARM_START_ENV) or "").strip()
+        if value not in ("", "0", "1"):
+            raise ArgumentTypeError(f"{WARM_START_ENV} must be 1 (warm starts) or 0, got "
+                                    f"{value!r}.")
+        return value == "1"
+    if not isinstance(warm_start, bool):
+        raise ArgumentTypeError(f"`warm_start` must be TRUE/True or FALSE/False, got "
+                                f"{warm_start!r}.")
+    return warm_start
+
+
+class WarmProcess:
+    """A task forked by a warm server: ``pid``, ``stdout`` (its output), ``returncode``,
+    :meth:`poll`, :meth:`wait`, :meth:`send_signal`, :meth:`terminate`, :meth:`kill`, as
+    :class:`subprocess.Popen`. The server is the process' parent and reaps it; its exit status
+    comes back on :attr:`conn`."""
+
+    def __init__(self, pid: int, stdout, conn: socket.socket, name: str = "", note=None):
+        self.pid, self.stdout, self.conn = pid, stdout, conn
+        self.name, self.note = name, note
+        self.returncode: int | None = None
+        self.args = None
+        self._orphaned = False
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"warm task {self.pid}", timeout)
+            self._read(0.5 if left is None else min(left, 0.5))
+        return self.returncode
+
+    def _read(self, timeout: float) -> None:
+        if self._orphaned:
+            # The server died first: the task (now init's child) is watched by its pid.
+            if _alive(self.pid):
+                time.sleep(min(timeout, 0.1))
+            else:
+                self.returncode = LOST_STATUS
+            return
+        if not select.select([self.conn], [], [], timeout)[0]:
+            return
+        try:
+            data = self.conn.recv(4096)
+        except OSError:
+            data = b""
+        self.conn.close()
+        if data:
+            self.returncode = pickle.loads(data)["returncode"]
+            return
+        self._orphaned = True
+        if self.note is not None:
+            self.note(f"[launch] the warm server that started {self.name or self.pid} died; its "
+                      f"exit status is lost (reported as {LOST_STATUS})")
+        self._read(0.0)
+
+    def send_signal(self, sig) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGKILL)
+
+
+#: The exit status reported for a task whose warm server died first (its real status is lost).
+LOST_STATUS = 255
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class _Server:
+    """One warm server process, serving tasks whose environment is ``env``."""
+
+    def __init__(self, python: str, env: dict):
+        self.python, self.env = python, env
+        self.dir = tempfile.mkdtemp(prefix="tfdistributed-warm-")
+        self.path = os.path.join(self.dir, "socket")
+        self.log = os.path.join(self.dir, "server.log")
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [python, "-m", "tfdistributed.engines.warm.server", self.path], env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True, cwd=self.dir)
+        self._ready()
+
+    def _ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        line, timed_out = b"", True
+        while time.monotonic() < deadline:
+            if select.select([self.proc.stdout], [], [], 0.5)[0]:
+                line, timed_out = self.proc.stdout.readline(), False
+                break
+            if self.proc.poll() is not None:
+                timed_out = False
+                break
+        if line.strip() != b"ready":
+            why = self._why(f"did not start within {START_TIMEOUT:g} s" if timed_out else
+                            "failed to start")
+            self.close()  # removes the log: read it first
+            raise RuntimeError(why)
+
+    def _why(self, what: str) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                tail = [ln.rstrip() for ln in f.readlines()[-5:] if ln.strip()]
+        except OSError:
+            tail = []
+        return (f"the warm-start server {what}" + (f" ({tail[-1]})" if tail else "")
+                + "; tasks start the usual way")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, argv: list, env: dict, cwd: str | None, name: str = "",
+              note=None) -> WarmProcess:
+        read, write = os.pipe()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.settimeout(30.0)
+            conn.connect(self.path)
+            socket.send_fds(conn, [pickle.dumps({"argv": argv, "env": env, "cwd": cwd})], [write])
+            reply = conn.recv(4096)
+            if not reply:
+                raise RuntimeError(self._why("closed the connection"))
+            pid = pickle.loads(reply)["pid"]
+        except BaseException:
+            conn.close()
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        conn.settimeout(None)
+        return WarmProcess(pid, os.fdopen(read, "rb"), conn, name, note)
+
+    def close(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_lock = threading.Lock()
+_servers: list[_Server] = []   # most recently used last
+_failed: dict = {}             # (python, environment) -> why its server could not start
+
+
+def _server_env(env: dict) -> dict:
+    return {k: v for k, v in env.items()
+            if k not in _PER_TASK and not k.startswith(_PER_TASK_PREFIX)}
+
+
+def _warm_argv(argv: list, python: str) -> list | None:
+    """The arguments after the interpreter when ``argv`` is ``python -m module ...`` or
+    ``python script.py ...`` with this ``python``; else None (started the usual way)."""
+    if len(argv) < 2 or argv[0] != python:
+        return None
+    if argv[1] == "-m" and len(argv) > 2:
+        return list(argv[1:])
+    if not argv[1].startswith("-") and argv[1].endswith(".py"):
+        return list(argv[1:])
+    return None
+
+
+def _server_for(python: str, env: dict) -> _Server:
+    wanted = _server_env(env)
+    key = (python, tuple(sorted(wanted.items())))
+    if key in _failed:
+        raise RuntimeError(_failed[key])  # tried once in this process: not again per task
+    for server in list(_servers):
+        if not server.alive():
+            _servers.remove(server)
+            server.close()
+        elif server.python == python and server.env == wanted:
+            _servers.remove(server)
+            _servers.append(server)
+            return server
+    try:
+        server = _Server(python, wanted)
+    except (OSError, RuntimeError) as e:
+        _failed[key] = str(e)
+        raise
+    _servers.append(server)
+    while len(_servers) > MAX_SERVERS:
+        _servers.pop(0).close()
+    return server
+
+
+def start_task(plan, cwd, warm: bool, note=None, preexec_fn=None):
+    """Start the task ``plan`` (a :class:`~tfdistributed.engines.local.plan.TaskPlan`): forked
+    from a warm server when ``warm`` and the task allows it, else with
+    :class:`subprocess.Popen`. Either way the result has ``pid``, ``stdout`` (the task's stdout
+    and stderr) and Popen's ``poll``/``wait``/``send_signal``/``kill``. ``note(line)`` is told
+    when a warm start was asked for but could not be made, and why. ``preexec_fn`` is what a
+    task started with Popen runs before it becomes the task (the plan's own ``preexec_fn``
+    wrapped by the launcher); a forked task's server does the same for it (it dies with its
+    server, which ends when the launching process does)."""
+    argv = _warm_argv(plan.argv, sys.executable) if warm and plan.preexec_fn is None else None
+    if argv is not None:
+        try:
+            with _lock:
+                # Popen's cwd=None is the launcher's own directory; the server's is not.
+                return _server_for(sys.executable, plan.env).spawn(
+                    argv, plan.env, os.getcwd() if cwd is None else cwd, plan.name, note)
+        except (OSError, RuntimeError) as e:
+            if note is not None:
+                note(f"[launch] {e}")
+    return subprocess.Popen(plan.argv, env=plan.env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=preexec_fn)
+
+
+def server_pids() -> list:
+    """The pids of this process' live warm servers (e.g. to tell them from a job's leftovers:
+    a forked task's command line is its server's)."""
+    with _lock:
+        return [s.proc.pid for s in _servers if s.alive()]
+
+
+@atexit.register
+def shutdown() -> None:
+    """Stop every warm server of this process (at exit, or to free their memory)."""
+    with _lock:
+        while _servers:
+            _servers.pop().close()
