@@ -7,11 +7,18 @@ session: ``slurm_cluster``, a real single-node SLURM cluster (munged, slurmctld,
 Debian's packages, everything in a temporary directory, non-default ports), and
 ``ray_cluster``, a local Ray with 2 CPUs in this process. Neither installs anything
 (scripts/setup.sh does); when one cannot start, every test that needs it FAILS with the reason:
-a machine where the engines do not work must not look green."""
+a machine where the engines do not work must not look green.
+
+Local jobs start warm (``TFDISTRIBUTED_WARM_START=1``, :mod:`tfdistributed.engines.warm`): their
+Python tasks are forked from a process that imported TensorFlow once per pytest worker (and once
+per R session a test starts), instead of each of the suite's few hundred tasks importing it
+(~3 s of CPU each). ``tests/python/engines`` runs its jobs cold, as a user's start by default;
+``tests/python/engines/test_warm.py`` checks that a warm task is what a cold one would be."""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TFDISTRIBUTED_WARM_START", "1")
 
 import pytest  # noqa: E402
 

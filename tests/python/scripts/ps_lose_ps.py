@@ -17,6 +17,7 @@ import psutil
 import tfdistributed as tfd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from enginesupport import task_pid  # noqa: E402  (tests/python/support/enginesupport.py)
 from models import digits_model  # noqa: E402  (tests/python/support/models.py)
 
 outdir, backup = sys.argv[1], sys.argv[2]
@@ -24,18 +25,11 @@ attempt = os.environ["TFDISTRIBUTED_ATTEMPT"]
 
 
 def kill_the_ps():
-    """The ps server of this job: a sibling process (same launcher) whose TF_CONFIG is ps 0."""
-    for proc in psutil.Process().parent().children():
-        try:
-            config = json.loads(proc.environ().get("TF_CONFIG", "{}"))
-        except (psutil.Error, ValueError):
-            continue
-        if config.get("task", {}).get("type") == "ps":
-            print(f"killing ps 0 (pid {proc.pid}) as epoch 3 begins", flush=True)
-            proc.send_signal(signal.SIGKILL)
-            psutil.wait_procs([proc], timeout=30)
-            return
-    raise RuntimeError("no ps task found among the launcher's children")
+    """The ps server of this job: the process listening on ps 0's port."""
+    proc = psutil.Process(task_pid("ps", 0))
+    print(f"killing ps 0 (pid {proc.pid}) as epoch 3 begins", flush=True)
+    proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs([proc], timeout=30)
 
 
 def main():

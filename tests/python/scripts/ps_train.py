@@ -20,6 +20,7 @@ import numpy as np
 import tfdistributed as tfd
 from tfdistributed.training import ps
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from enginesupport import task_pid  # noqa: E402  (tests/python/support/enginesupport.py)
 from models import digits_model as build_model  # noqa: E402  (tests/python/support/models.py)
 
 EPOCHS = 12
@@ -182,25 +183,6 @@ def kill(outdir, pid):
             "steps_per_epoch": len(x_train) // BATCH}
 
 
-def sibling_worker_pid(task_index):
-    """PID of this cluster's worker ``task_index``: a ``tfdistributed server`` process that
-    launch() started with its own TF_CONFIG."""
-    import psutil
-
-    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if "tfdistributed server" not in " ".join(p.info["cmdline"] or []):
-                continue
-            config = json.loads(p.environ().get("TF_CONFIG", "{}"))
-        except (psutil.Error, ValueError):
-            continue
-        if config.get("cluster") == cluster and config.get("task") == {"type": "worker",
-                                                                       "index": task_index}:
-            return p.pid
-    raise RuntimeError(f"worker {task_index} of this cluster is not running")
-
-
 def main(argv):
     outdir, mode, *rest = argv
     if mode == "train":
@@ -208,7 +190,7 @@ def main(argv):
     elif mode == "partition":
         result = partition(outdir)
     elif mode == "kill":
-        result = kill(outdir, sibling_worker_pid(1))
+        result = kill(outdir, task_pid("worker", 1))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     with open(os.path.join(outdir, "result.json"), "w") as f:

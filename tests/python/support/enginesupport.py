@@ -1,8 +1,10 @@
 """Helpers shared by the engine tests (local, SLURM, Ray): weights written by each worker, the
-processes a job may leave behind, and a job in which one task's end brings the other down."""
+processes a job may leave behind, a job in which one task's end brings the other down, and a
+task's pid found from inside the job."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -101,3 +103,23 @@ def assert_the_cause_is_named(error) -> None:
     assert codes == {"worker 0": 1, "worker 1": 76}  # both ended before the engine looked
     assert "Task worker 1 exited with status 76" in str(error)
     assert error.failure["task"] == "worker 1"
+
+
+def task_pid(task_type: str, task_index: int, timeout: float = 60.0) -> int:
+    """The pid of this job's task ``task_type task_index``: the process listening on its port of
+    TF_CONFIG, waited for up to ``timeout`` seconds (it may still be starting). Not found by its
+    command line or its environment in /proc: a task forked by a warm server
+    (tfdistributed.engines.warm) shows the server's there."""
+    import time
+
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    port = int(cluster[task_type][task_index].rsplit(":", 1)[1])
+    deadline = time.monotonic() + timeout
+    while True:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+                return conn.pid
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{task_type} {task_index} of this cluster is not running "
+                               f"(nothing listened on port {port} for {timeout:g} s)")
+        time.sleep(0.2)

@@ -43,8 +43,15 @@ SESSION_DAEMONS = {"munged", "slurmctld", "slurmd", "slurmstepd"}
 def _leftovers():
     import psutil
 
+    from tfdistributed.engines.warm import server_pids
+
     found = []
+    # This pytest worker's warm servers (tests/conftest.py) live until the session ends; a task
+    # one of them forked would be found as their child.
+    servers = set(server_pids())
     for p in psutil.Process().children(recursive=True):
+        if p.pid in servers:
+            continue
         try:
             command = p.cmdline()
             if command and os.path.basename(command[0]) in SESSION_DAEMONS:

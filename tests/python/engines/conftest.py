@@ -1,0 +1,13 @@
+"""The engines' tests start their tasks as a user's job does by default: cold, each task a
+fresh interpreter (the rest of the suite starts local jobs warm: tests/conftest.py).
+``test_warm.py`` asks for warm starts explicitly."""
+
+import pytest
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cold_starts():
+    # Module scope, so that the modules' shared jobs (module fixtures) start cold too.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TFDISTRIBUTED_WARM_START", "0")
+        yield
