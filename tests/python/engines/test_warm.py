@@ -246,3 +246,27 @@ def test_shutdown_stops_every_server():
     assert not client._servers
     assert not [p for p in pids if psutil.pid_exists(p)
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+
+def _repairs_and_parent():
+    import os
+
+    from tfdistributed.training import compat
+
+    return sorted(n for n, e in compat.status().items() if e["applied"]), os.getppid()
+
+
+def test_a_variable_read_at_import_gets_a_server_of_its_own_and_others_do_not():
+    plain = tfd.launch(_repairs_and_parent, workers=1, timeout=120, echo=False, warm_start=True,
+                       env={"MY_OWN": "1"})
+    other = tfd.launch(_repairs_and_parent, workers=1, timeout=120, echo=False, warm_start=True,
+                       env={"MY_OWN": "2", "TFDISTRIBUTED_ATTEMPT": "7"})
+    off = tfd.launch(_repairs_and_parent, workers=1, timeout=120, echo=False, warm_start=True,
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "all"})
+    (repairs, parent), (repairs2, parent2), (none, parent3) = (
+        plain.values[0], other.values[0], off.values[0])
+    # Variables read at run time do not matter: the same server.
+    assert parent == parent2 and repairs == repairs2 and repairs
+    # The repairs are applied as tfdistributed is imported: switched off in a server of its own.
+    assert none == [] and parent3 != parent

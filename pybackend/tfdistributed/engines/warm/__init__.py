@@ -19,9 +19,13 @@ What is not the same as a fresh interpreter, and so when a task starts the usual
 
 - the modules the server imported are imported already: a script that sets an environment
   variable read at import time (``KERAS_BACKEND``, ``TF_CPP_MIN_LOG_LEVEL``) before importing
-  them gets the server's values. Only a task whose environment equals the server's, but for the
-  variables that change per task (``TF_CONFIG``, ``TFDISTRIBUTED_*``), is forked; another
-  environment gets a server of its own (up to :data:`~.client.MAX_SERVERS` live at once);
+  them gets the server's values. So a server serves the tasks whose variables read at import are
+  its own: those of :data:`~.client.IMPORT_TIME_PREFIXES` (``TF_``, ``KERAS_``, ``CUDA_``,
+  ``PYTHON``, ``OMP_``...) and :data:`~.client.IMPORT_TIME_NAMES` (``HOME``, ``PATH``,
+  ``TMPDIR``, ``LANG``...), ``TF_CONFIG`` aside, and ``TFDISTRIBUTED_DISABLE_COMPAT``; tasks
+  whose values differ get a server of their own (up to :data:`~.client.MAX_SERVERS` live at
+  once). Every other variable (the task's ``TF_CONFIG``, its attempt, a user's own) is set in
+  the child, whose ``os.environ`` is the task's whole environment;
 - a task run through a command prefix (``hosts=``: another network namespace), by another
   interpreter (``python=``), an R script, or with a ``preexec_fn`` (``prepare_task``) always
   starts the usual way;

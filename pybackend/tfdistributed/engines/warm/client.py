@@ -25,12 +25,20 @@ WARM_START_ENV = "TFDISTRIBUTED_WARM_START"
 MAX_SERVERS = 3
 #: Seconds a server may take to import TensorFlow and be ready.
 START_TIMEOUT = 120.0
-# Variables that change per task or per attempt and are read when the task runs, never when
-# TensorFlow or the package is imported: a task that differs from the server only in these is
-# forked from it.
-_PER_TASK = ("TF_CONFIG",)
-_PER_TASK_PREFIX = "TFDISTRIBUTED_"
-
+# What a forked task inherits from its server and cannot change: what the server's modules
+# (numpy, TensorFlow, Keras, tfdistributed and theirs: absl, gRPC, OpenBLAS...) and the
+# interpreter itself read from the environment when they start. Tasks whose values of these
+# differ are forked from different servers; every other variable (the task's own: TF_CONFIG,
+# the attempt, a user's MY_VAR...) is set in the child and read at run time.
+IMPORT_TIME_PREFIXES = ("TF_", "KERAS_", "CUDA_", "XLA_", "TPU_", "HIP_", "ROCM_", "NVIDIA_",
+                        "PYTHON", "LD_", "OMP_", "MKL_", "OPENBLAS_", "GOTO", "NPY_", "NUMPY_",
+                        "MALLOC_", "JEMALLOC", "ABSL_", "GRPC_", "TFDS_", "LC_")
+IMPORT_TIME_NAMES = ("HOME", "PATH", "TMPDIR", "TEMP", "TMP", "LANG", "LANGUAGE", "TERM",
+                     "COLUMNS", "NO_COLOR")
+# Our own variables are read when a task runs, except these (read as the package is imported).
+_OURS_AT_IMPORT = ("TFDISTRIBUTED_DISABLE_COMPAT",)
+# TF_CONFIG is read when the strategy is made.
+_RUN_TIME = ("TF_CONFIG",)
 
 def warm_start_wanted(warm_start) -> bool:
     """``launch(warm_start=)`` checked: ``None`` reads ``TFDISTRIBUTED_WARM_START`` (``"1"``:
@@ -213,8 +221,9 @@ _failed: dict = {}             # (python, environment) -> why its server could n
 
 
 def _server_env(env: dict) -> dict:
-    return {k: v for k, v in env.items()
-            if k not in _PER_TASK and not k.startswith(_PER_TASK_PREFIX)}
+    """The part of a task's environment its server must have had: what is read at import."""
+    return {k: v for k, v in env.items() if k not in _RUN_TIME and (
+        k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES or k in _OURS_AT_IMPORT)}
 
 
 def _warm_argv(argv: list, python: str) -> list | None:
