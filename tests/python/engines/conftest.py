@@ -1,5 +1,5 @@
 """The engines' tests start their tasks as a user's job does by default: cold, each task a
-fresh interpreter (the rest of the suite starts local jobs warm: tests/conftest.py).
+fresh interpreter, even when the shell running pytest sets TFDISTRIBUTED_WARM_START=1.
 ``test_warm.py`` asks for warm starts explicitly."""
 
 import pytest
@@ -9,5 +9,5 @@ import pytest
 def cold_starts():
     # Module scope, so that the modules' shared jobs (module fixtures) start cold too.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TFDISTRIBUTED_WARM_START", "0")
+        patch.delenv("TFDISTRIBUTED_WARM_START", raising=False)
         yield

@@ -132,9 +132,11 @@ def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(tmp
     assert_the_cause_is_named(info.value)
 
 
-def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path):
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path, warm):
     # SIGKILL (the OOM killer, kill -9, a closed terminal's session) runs no teardown in the
-    # launcher: its tasks, in sessions of their own, would train on or wait forever.
+    # launcher: its tasks, in sessions of their own, would train on or wait forever. Warm, the
+    # tasks are the warm server's children (engines/warm): the server goes, and they with it.
     pids = tmp_path / "pids"
     pids.mkdir()
     task = script(tmp_path, f"""
@@ -144,7 +146,7 @@ def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path):
     """)
     launcher = script(tmp_path, f"""
         import tfdistributed as tfd
-        tfd.launch({task!r}, workers=2, timeout=300, echo=False)
+        tfd.launch({task!r}, workers=2, timeout=300, echo=False, warm_start={warm!r})
     """, name="launcher.py")
     proc = subprocess.Popen([sys.executable, launcher])
     tasks = []
@@ -154,6 +156,8 @@ def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path):
             time.sleep(0.05)
         tasks = [psutil.Process(int(name)) for name in os.listdir(pids)]
         assert len(tasks) == 2
+        parents = {" ".join(t.parent().cmdline()) for t in tasks}
+        assert all(("engines.warm.server" in p) == warm for p in parents), parents
         proc.kill()
         proc.wait(timeout=30)
         _, alive = psutil.wait_procs(tasks, timeout=10)

@@ -195,12 +195,18 @@ def test_a_server_that_cannot_start_is_named_and_the_tasks_start_cold(tmp_path):
 def test_a_task_whose_server_dies_is_not_reported_as_succeeded(tmp_path):
     path = script(tmp_path, """
         import os, signal, sys, time
+        import psutil
         if sys.argv[1] == "kill":
-            os.kill(os.getppid(), signal.SIGKILL)   # the warm server
+            # The warm server, and nothing else (were this task started cold, its parent would
+            # be pytest).
+            parent = psutil.Process(os.getppid())
+            assert "tfdistributed.engines.warm.server" in " ".join(parent.cmdline())
+            parent.send_signal(signal.SIGKILL)
             time.sleep(1)
         print("parent", os.getppid())
     """)
-    env = {"A_SERVER_OF_ITS_OWN": "1"}
+    # A TF_ variable (read at import, so the server's): a server of this test's own to kill.
+    env = {"TF_TEST_OWN_SERVER": "1"}
     lines = []
     with pytest.raises(LaunchError, match=f"exited with status {client.LOST_STATUS}"):
         tfd.launch(path, workers=1, args=("kill",), timeout=120, echo=False, warm_start=True,

@@ -7,6 +7,8 @@ until its stdin closes (the launching process is gone or done with it):
 - a request is a pickled ``{"argv", "env", "cwd"}`` with one file descriptor attached (where
   the task's stdout and stderr go); the server forks, answers ``{"pid": pid}``, and the child
   becomes the task (:func:`~.child.become_task`);
+- a child gets SIGKILL if the server ends first (so a launcher killed outright takes its warm
+  tasks with it: its end closes the server's stdin);
 - when a child ends, the server reaps it and answers ``{"returncode": code}`` on the same
   connection (``-N`` for a child killed by signal N, as :class:`subprocess.Popen` reports it).
 
@@ -38,12 +40,35 @@ def main(argv=None) -> int:
     path = (argv or sys.argv[1:])[0]
     for name in WARM_MODULES:
         importlib.import_module(name)
+    _look_up_prctl()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)
     print("ready", flush=True)
     _serve(listener)
     return 0
+
+
+#: Linux's prctl(2), looked up before any fork (loading a library in a forked child can
+#: deadlock); None elsewhere.
+_prctl = None
+
+
+def _look_up_prctl() -> None:
+    global _prctl
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with(parent: int) -> None:
+    """In a forked child: SIGKILL when the server ends (``PR_SET_PDEATHSIG``), as a task started
+    with Popen gets it when its launcher ends; the server ends when its launcher does."""
+    if _prctl is not None:
+        _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the server ended before the child asked
+            os._exit(1)
 
 
 def _serve(listener: socket.socket) -> None:
@@ -87,9 +112,11 @@ def _request(conn, selector, waiting, listener, wake) -> None:
     request = pickle.loads(data)
     sys.stdout.flush()
     sys.stderr.flush()
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            _die_with(server)
             signal.set_wakeup_fd(-1)
             for fd in wake:
                 os.close(fd)
