@@ -153,6 +153,20 @@ def test_a_warm_task_stopped_by_sigterm_reports_the_signal(tmp_path):
         tfd.launch(path, workers=1, timeout=120, echo=False, warm_start=True)
 
 
+def test_a_warm_tasks_cpu_is_counted_when_it_ends(tmp_path):
+    # Its server reaps it, so the launcher's RUSAGE_CHILDREN does not see it (pytest's CPU
+    # accounting adds this count); the server reports what wait4 measured.
+    path = script(tmp_path, """
+        import time
+        end = time.process_time() + 1.0
+        while time.process_time() < end:
+            pass
+    """)
+    before = client.tasks_cpu_seconds()
+    tfd.launch(path, workers=2, timeout=120, echo=False, warm_start=True)
+    assert 2.0 <= client.tasks_cpu_seconds() - before < 10.0
+
+
 def test_what_cannot_be_forked_starts_the_usual_way(tmp_path):
     path = script(tmp_path, """
         import os

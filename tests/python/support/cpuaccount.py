@@ -9,7 +9,8 @@ On this 2-core machine the suite is bound by CPU, not by waiting: a test's wall 
 little (it stretches when other workers are busy), its CPU time says what it takes from the
 others. Each test's CPU is this process's (every thread) plus its reaped children's and their
 reaped descendants' (``RUSAGE_CHILDREN``: the launcher's task processes, Rscript and what it
-starts). Not counted: daemons that outlive the test (slurmd and its steps, Ray's raylets) and a
+starts), and the tasks forked by this process' warm servers as each ends (they are the
+servers' children: ``tfdistributed.engines.warm.client.tasks_cpu_seconds``). Not counted: daemons that outlive the test (slurmd and its steps, Ray's raylets) and a
 module-scoped fixture's teardown (charged to the next test). Each pytest-xdist worker appends one
 JSON line per test; the controller empties the file first and prints the sums last.
 """
@@ -20,6 +21,7 @@ import collections
 import json
 import os
 import resource
+import sys
 import time
 
 import pytest
@@ -34,7 +36,10 @@ def pytest_addoption(parser):
 def _cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    # Warm tasks are their server's children, counted here when each ends (engines/warm).
+    warm = sys.modules.get("tfdistributed.engines.warm.client")
+    warm_tasks = warm.tasks_cpu_seconds() if warm is not None else 0.0
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + warm_tasks
 
 
 def _is_worker(config) -> bool:

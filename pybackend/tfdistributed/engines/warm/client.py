@@ -61,8 +61,9 @@ class WarmProcess:
     :class:`subprocess.Popen`. The server is the process' parent and reaps it; its exit status
     comes back on :attr:`conn`."""
 
-    def __init__(self, pid: int, stdout, conn: socket.socket, name: str = "", note=None):
-        self.pid, self.stdout, self.conn = pid, stdout, conn
+    def __init__(self, pid: int, stdout, conn: socket.socket, name: str = "", note=None,
+                 server=None):
+        self.pid, self.stdout, self.conn, self.server = pid, stdout, conn, server
         self.name, self.note = name, note
         self.returncode: int | None = None
         self.args = None
@@ -98,7 +99,11 @@ class WarmProcess:
             data = b""
         self.conn.close()
         if data:
-            self.returncode = pickle.loads(data)["returncode"]
+            reply = pickle.loads(data)
+            self.returncode = reply["returncode"]
+            if self.server is not None:
+                with _cpu_lock:  # tasks' reader threads end at once
+                    self.server.tasks_cpu += reply.get("cpu", 0.0)
             return
         self._orphaned = True
         if self.note is not None:
@@ -124,6 +129,16 @@ class WarmProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def tasks_cpu_seconds() -> float:
+    """CPU seconds (user and system) used by the ended warm tasks of this process' live warm
+    servers. A forked task is its server's child, so this process' ``RUSAGE_CHILDREN`` counts it
+    only once the server ends (with the server's own seconds); until then this does, task by task
+    as each ends (with its own children once it has waited for them). Together the two count
+    every warm task once."""
+    # Not under _lock, which a launch holds while a server starts (up to START_TIMEOUT).
+    return sum(s.tasks_cpu for s in list(_servers))
+
+
 #: The exit status reported for a task whose warm server died first (its real status is lost).
 LOST_STATUS = 255
 
@@ -142,6 +157,7 @@ class _Server:
 
     def __init__(self, python: str, env: dict):
         self.python, self.env = python, env
+        self.tasks_cpu = 0.0  # CPU seconds of its tasks that have ended (tasks_cpu_seconds)
         self.dir = tempfile.mkdtemp(prefix="tfdistributed-warm-")
         self.path = os.path.join(self.dir, "socket")
         self.log = os.path.join(self.dir, "server.log")
@@ -199,7 +215,7 @@ class _Server:
         finally:
             os.close(write)
         conn.settimeout(None)
-        return WarmProcess(pid, os.fdopen(read, "rb"), conn, name, note)
+        return WarmProcess(pid, os.fdopen(read, "rb"), conn, name, note, self)
 
     def close(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout):
@@ -216,6 +232,7 @@ class _Server:
 
 
 _lock = threading.Lock()
+_cpu_lock = threading.Lock()
 _servers: list[_Server] = []   # most recently used last
 _failed: dict = {}             # (python, environment) -> why its server could not start
 

@@ -9,8 +9,9 @@ until its stdin closes (the launching process is gone or done with it):
   becomes the task (:func:`~.child.become_task`);
 - a child gets SIGKILL if the server ends first (so a launcher killed outright takes its warm
   tasks with it: its end closes the server's stdin);
-- when a child ends, the server reaps it and answers ``{"returncode": code}`` on the same
-  connection (``-N`` for a child killed by signal N, as :class:`subprocess.Popen` reports it).
+- when a child ends, the server reaps it and answers ``{"returncode": code, "cpu": seconds}``
+  on the same connection (``-N`` for a child killed by signal N, as :class:`subprocess.Popen`
+  reports it; the CPU seconds the child used, user and system, as ``wait4`` reports them).
 
 The server itself starts no thread and creates no TensorFlow runtime (nothing runs an op before
 the fork), so a forked child is a whole, single-threaded interpreter with TensorFlow imported.
@@ -136,14 +137,15 @@ def _request(conn, selector, waiting, listener, wake) -> None:
 def _reap(waiting: dict) -> None:
     while waiting:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
         conn = waiting.pop(pid, None)
         if conn is not None:
-            _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
+            _send(conn, {"returncode": os.waitstatus_to_exitcode(status),
+                         "cpu": usage.ru_utime + usage.ru_stime})
             conn.close()
 
 
