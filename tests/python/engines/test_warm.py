@@ -206,6 +206,27 @@ def test_a_server_that_cannot_start_is_named_and_the_tasks_start_cold(tmp_path):
     assert "no-such-backend" in told[0] and told[0].endswith("; tasks start the usual way")
 
 
+def test_a_server_whose_imports_print_on_stdout_still_starts(tmp_path):
+    # Seen under rpy2: R's LD_LIBRARY_PATH made Python print a warning on stdout as it imported
+    # ssl, which the launcher took for the server's answer ("failed to start") and started every
+    # later task of that environment cold, silently slower. The answer has a pipe of its own.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text('print("a notice on stdout", flush=True)\n')
+    path = script(tmp_path, """
+        import os
+        print("parent", os.getppid())
+    """)
+    lines = []
+    # PYTHONPATH is read at import: a server of this test's own.
+    pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    tfd.launch(path, workers=1, timeout=120, echo=False, warm_start=True,
+               env={"PYTHONPATH": pythonpath}, on_output=lines.append)
+    assert not [line for line in lines if "warm-start server" in line], lines
+    parent = int(next(line for line in lines if " parent " in line).split()[-1])
+    assert parent in client.server_pids()
+
+
 def test_a_task_whose_server_dies_is_not_reported_as_succeeded(tmp_path):
     path = script(tmp_path, """
         import os, signal, sys, time

@@ -161,22 +161,31 @@ class _Server:
         self.dir = tempfile.mkdtemp(prefix="tfdistributed-warm-")
         self.path = os.path.join(self.dir, "socket")
         self.log = os.path.join(self.dir, "server.log")
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [python, "-m", "tfdistributed.engines.warm.server", self.path], env=env,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True, cwd=self.dir)
-        self._ready()
+        ready_r, ready_w = os.pipe()
+        try:
+            with open(self.log, "wb") as log:
+                self.proc = subprocess.Popen(
+                    # -X faulthandler: a native crash while importing leaves its stack in the log.
+                    [python, "-X", "faulthandler", "-m", "tfdistributed.engines.warm.server",
+                     self.path, str(ready_w)], env=env, pass_fds=(ready_w,),
+                    stdin=subprocess.PIPE, stdout=log, stderr=log,
+                    start_new_session=True, cwd=self.dir)
+        except BaseException:
+            os.close(ready_r)
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        finally:
+            os.close(ready_w)
+        with os.fdopen(ready_r, "rb") as ready:
+            self._ready(ready)
 
-    def _ready(self) -> None:
+    def _ready(self, ready) -> None:
+        # The server writes "ready" once it listens; the pipe ends empty if it dies first.
         deadline = time.monotonic() + START_TIMEOUT
         line, timed_out = b"", True
         while time.monotonic() < deadline:
-            if select.select([self.proc.stdout], [], [], 0.5)[0]:
-                line, timed_out = self.proc.stdout.readline(), False
-                break
-            if self.proc.poll() is not None:
-                timed_out = False
+            if select.select([ready], [], [], 0.5)[0]:
+                line, timed_out = ready.readline(), False
                 break
         if line.strip() != b"ready":
             why = self._why(f"did not start within {START_TIMEOUT:g} s" if timed_out else
@@ -218,11 +227,10 @@ class _Server:
         return WarmProcess(pid, os.fdopen(read, "rb"), conn, name, note, self)
 
     def close(self) -> None:
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -1,8 +1,9 @@
-"""The warm server: ``python -m tfdistributed.engines.warm.server SOCKET``.
+"""The warm server: ``python -m tfdistributed.engines.warm.server SOCKET READY_FD``.
 
 Imports TensorFlow, Keras and tfdistributed (:data:`WARM_MODULES`), listens on the Unix socket
-``SOCKET`` (``SOCK_SEQPACKET``: one message per request), prints ``ready`` and then serves
-until its stdin closes (the launching process is gone or done with it):
+``SOCKET`` (``SOCK_SEQPACKET``: one message per request), writes ``ready`` to the file
+descriptor ``READY_FD`` (a pipe from the launcher; its stdout and stderr go to a log) and then
+serves until its stdin closes (the launching process is gone or done with it):
 
 - a request is a pickled ``{"argv", "env", "cwd"}`` with one file descriptor attached (where
   the task's stdout and stderr go); the server forks, answers ``{"pid": pid}``, and the child
@@ -38,14 +39,17 @@ MAX_REQUEST = 1 << 20
 
 
 def main(argv=None) -> int:
-    path = (argv or sys.argv[1:])[0]
+    path, ready = (argv or sys.argv[1:])[:2]
     for name in WARM_MODULES:
         importlib.import_module(name)
     _look_up_prctl()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)
-    print("ready", flush=True)
+    # On a pipe of its own: what the imports print on stdout (warnings, a library's notice) goes
+    # to the server's log with its stderr and cannot be taken for the answer.
+    os.write(int(ready), b"ready\n")
+    os.close(int(ready))
     _serve(listener)
     return 0
 
