@@ -75,6 +75,51 @@ def pytest_configure(config):
     import tfdistributed
 
     tfdistributed.configure_cpu_devices(NUM_CPU_DEVICES)
+    if not hasattr(config, "workerinput"):  # the controller, before it starts the workers
+        _start_port_server(config)
+
+
+def _start_port_server(config) -> None:
+    """One portpicker port server for the session (the pytest workers and every process they
+    start inherit ``PORTSERVER_ADDRESS``; portpicker, which picks every local job's ports, asks
+    it). Without it each process picked a port the kernel had just handed out (its ephemeral
+    range, 32768-60999 here), so a job's port could be taken by another job's pick or by any
+    outgoing connection in the seconds before its task bound it: seen as "Could not start gRPC
+    server" (4 workers, 2026-11-26). The server hands each port to one live process at a time
+    from 15000-24999, below that range."""
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    import portpicker
+
+    if "PORTSERVER_ADDRESS" in os.environ:
+        return  # the caller runs one
+    # A file, not an abstract name: the host bed's network namespaces reach it too.
+    address = os.path.join(tempfile.mkdtemp(prefix="tfdistributed-ports-"), "socket")
+    script = os.path.join(os.path.dirname(sys.executable), "portserver.py")
+    proc = subprocess.Popen([sys.executable, script, f"--portserver_address={address}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while portpicker.get_port_from_port_server(address) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise pytest.UsageError(f"portpicker's port server ({script}) did not start")
+        time.sleep(0.1)
+    os.environ["PORTSERVER_ADDRESS"] = address
+    config.port_server = proc
+
+
+def pytest_unconfigure(config):
+    proc = getattr(config, "port_server", None)
+    if proc is not None:
+        import shutil
+
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(os.path.dirname(os.environ.pop("PORTSERVER_ADDRESS")), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

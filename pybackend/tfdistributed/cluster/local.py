@@ -107,7 +107,13 @@ def checked_local(cluster, hosts=()) -> Cluster:
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on this machine (portpicker, which also avoids races)."""
+    """``n`` distinct free TCP ports on this machine (portpicker).
+
+    A port is free when picked; a task binds it seconds later. A machine that starts many jobs
+    at once (a test suite, a sweep) can run portpicker's port server (``portserver.py``) and set
+    ``PORTSERVER_ADDRESS`` for every process: each port then goes to one live process at a time,
+    from a range the kernel does not hand out to outgoing connections (this project's test suite
+    runs so)."""
     import portpicker
 
     ports: list[int] = []

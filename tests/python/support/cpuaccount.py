@@ -10,8 +10,9 @@ little (it stretches when other workers are busy), its CPU time says what it tak
 others. Each test's CPU is this process's (every thread) plus its reaped children's and their
 reaped descendants' (``RUSAGE_CHILDREN``: the launcher's task processes, Rscript and what it
 starts), and the tasks forked by this process' warm servers as each ends (they are the
-servers' children: ``tfdistributed.engines.warm.client.tasks_cpu_seconds``). Not counted: daemons that outlive the test (slurmd and its steps, Ray's raylets) and a
-module-scoped fixture's teardown (charged to the next test). Each pytest-xdist worker appends one
+servers' children: ``tfdistributed.engines.warm.client.tasks_cpu_seconds``). Not counted:
+daemons that outlive the test (slurmd and its steps, Ray's raylets) and a module-scoped
+fixture's teardown (charged to the next test). Each pytest-xdist worker appends one
 JSON line per test; the controller empties the file first and prints the sums last.
 """
 
