@@ -10,8 +10,9 @@ PYTEST_ARGS ?=
 # pytest-xdist: each test file runs whole on one worker (--dist loadscope), the costliest files
 # first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). The
 # cluster jobs wait much of the time (joins, grace periods, schedulers, timeouts), so 3 workers
-# keep both cores busy (4 were no faster: 26 min 26 s, against 24 min 27 s and 26 min 47 s
-# for 3); make check's tests are mostly single-process, 2 workers suffice.
+# keep the cores busiest (4 were no faster: 26 min 26 s against 24 min 27 s and 26 min 47 s
+# for 3; with warm starts 23 min 21 s against 22 min 53 s); make check's tests are mostly
+# single-process, 2 workers suffice.
 TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 BENCH_ARGS ?=
@@ -30,7 +31,7 @@ test: setup
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
 # suite or build (pytest markers `cluster` and `slow`): 745 tests, 1 min 48 s of pytest on this
-# 2-core machine, 2026-11-26. `make test` stays the full suite (1,221 tests, 25-31 min, and the
+# 2-core machine, 2026-11-26. `make test` stays the full suite (1,243 tests, 23 min, and the
 # CPU seconds per test folder at its end: see vignettes/articles/development.Rmd).
 check: setup
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)

@@ -36,7 +36,7 @@ pytest_plugins = ["sitefixtures", "cpuaccount"]
 # the site's browser tier (tests/docs), which waits for the render test_vignettes starts, comes
 # last, when the render is done.
 COSTLIEST_FIRST = [
-    "tests/r/test_vignettes.py",                       # renders every article (~450 s)
+    "tests/r/test_vignettes.py",                       # renders every article (~600 s)
     "tests/python/training/test_conformance.py",
     "tests/python/training/test_multiworker.py",
     "tests/python/engines/test_self_healing.py",
