@@ -190,3 +190,28 @@ def target_argv(target, args, python, rscript, workdir):
         return [rscript, "--no-save", "--no-restore", path, *map(str, args)], False
     raise LaunchError(f"Don't know how to run {path!r}: launch() runs .py scripts with Python, .R "
                       f"scripts with Rscript, or a Python function.")
+
+
+def dying_with_this_process(preexec_fn=None):
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process ends (Linux's
+    ``PR_SET_PDEATHSIG``; strictly, when the thread that starts it ends: ``launch()`` starts and
+    waits for its tasks in one thread), then runs ``preexec_fn``. Elsewhere ``preexec_fn``."""
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return preexec_fn
+    import ctypes
+
+    # Looked up here, not in the child: loading a library between fork and exec can deadlock.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def run():
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # this process ended before the child asked
+            os._exit(1)
+        if preexec_fn is not None:
+            preexec_fn()
+
+    return run

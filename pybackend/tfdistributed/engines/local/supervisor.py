@@ -24,7 +24,7 @@ from ..._args import as_int
 from ...cluster.local import checked_local, local_cluster
 from ...cluster.spec import parse_address
 from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
-from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult
+from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, dying_with_this_process
 from ..output import Relay, error_summary, how_it_ended
 from ..elastic.probes import probe_hosts
 from ..warm import start_task, warm_start_wanted
@@ -74,7 +74,7 @@ class LocalJob:
             # A subprocess.Popen, or a process forked by a warm server (engines/warm); either
             # way it gets SIGKILL if this process ends.
             task.proc = start_task(task.plan, self.plan.cwd, self.warm_start, self._note,
-                                   _dying_with_this_process(task.plan.preexec_fn))
+                                   dying_with_this_process(task.plan.preexec_fn))
             task.reader = threading.Thread(target=self._read, args=(task,), daemon=True)
             task.reader.start()
 
@@ -251,30 +251,6 @@ def _kill_tree(procs, grace: float) -> None:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
-
-
-def _dying_with_this_process(preexec_fn):
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process ends (Linux's
-    ``PR_SET_PDEATHSIG``; strictly, when the thread that starts it ends: ``launch()`` starts and
-    waits for its tasks in one thread), then runs ``preexec_fn``. Elsewhere ``preexec_fn``."""
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return preexec_fn
-    import ctypes
-
-    # Looked up here, not in the child: loading a library between fork and exec can deadlock.
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def run():
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # this process ended before the child asked
-            os._exit(1)
-        if preexec_fn is not None:
-            preexec_fn()
-
-    return run
 
 
 def _failure_message(task: _Process) -> str:

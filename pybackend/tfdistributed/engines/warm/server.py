@@ -28,12 +28,15 @@ import signal
 import socket
 import sys
 
+from ..base import dying_with_this_process
 from .child import become_task
 
 #: What the server imports before it serves: what every task imports first.
 WARM_MODULES = ("numpy", "tensorflow", "keras", "cloudpickle", "tfdistributed",
                 "tfdistributed.strategies", "tfdistributed.training", "tfdistributed.data",
                 "tfdistributed.engines.base", "tfdistributed.engines.launch")
+#: In a forked child, SIGKILL when the server ends (None off Linux); set by :func:`main`.
+_die_with_server = None
 #: Largest request (argv and environment, pickled).
 MAX_REQUEST = 1 << 20
 
@@ -42,7 +45,10 @@ def main(argv=None) -> int:
     path, ready = (argv or sys.argv[1:])[:2]
     for name in WARM_MODULES:
         importlib.import_module(name)
-    _look_up_prctl()
+    # Built before any fork (it looks up prctl, which a forked child must not load): a child
+    # gets SIGKILL when this server ends, as a task started with Popen when its launcher does.
+    global _die_with_server
+    _die_with_server = dying_with_this_process()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)
@@ -52,28 +58,6 @@ def main(argv=None) -> int:
     os.close(int(ready))
     _serve(listener)
     return 0
-
-
-#: Linux's prctl(2), looked up before any fork (loading a library in a forked child can
-#: deadlock); None elsewhere.
-_prctl = None
-
-
-def _look_up_prctl() -> None:
-    global _prctl
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def _die_with(parent: int) -> None:
-    """In a forked child: SIGKILL when the server ends (``PR_SET_PDEATHSIG``), as a task started
-    with Popen gets it when its launcher ends; the server ends when its launcher does."""
-    if _prctl is not None:
-        _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the server ended before the child asked
-            os._exit(1)
 
 
 def _serve(listener: socket.socket) -> None:
@@ -117,11 +101,11 @@ def _request(conn, selector, waiting, listener, wake) -> None:
     request = pickle.loads(data)
     sys.stdout.flush()
     sys.stderr.flush()
-    server = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
-            _die_with(server)
+            if _die_with_server is not None:
+                _die_with_server()
             signal.set_wakeup_fd(-1)
             for fd in wake:
                 os.close(fd)
