@@ -207,7 +207,11 @@ def test_the_uninterrupted_job_trains_like_one_process(uninterrupted):
     keras.backend.clear_session()
 
 
-def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, uninterrupted):
+@pytest.mark.parametrize("start", ["warm", "cold"])
+def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, uninterrupted,
+                                                                     start, request):
+    if start == "cold":  # the default path (conftest.py): the module's other jobs start warm
+        request.getfixturevalue("cold_start")
     stop_at = random.Random().randrange(SAVE_FREQ + 1, STEPS - 1)
     outdir, backup = tmp_path / "out", tmp_path / "backup"
     lines = []
