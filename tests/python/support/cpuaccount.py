@@ -14,6 +14,10 @@ servers' children: ``tfdistributed.engines.warm.client.tasks_cpu_seconds``). Not
 daemons that outlive the test (slurmd and its steps, Ray's raylets) and a module-scoped
 fixture's teardown (charged to the next test). Each pytest-xdist worker appends one
 JSON line per test; the controller empties the file first and prints the sums last.
+
+The controller also reads the whole machine's CPU (``psutil.cpu_times``) at the start and the
+end: how busy its cores were over the run, and how much of that the per-test sums do not see
+(the daemons above, the pytest processes' own start-up, anything else the machine ran).
 """
 
 from __future__ import annotations
@@ -47,11 +51,36 @@ def _is_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (all processes, the
+    kernel's included; idle, I/O wait and time stolen by a hypervisor aside)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
+_machine_start: tuple[float, float] | None = None  # (wall clock, busy seconds) at the start
+
+
 def pytest_configure(config):
+    global _machine_start
     path = config.getoption("--cpu-log")
     if path and not _is_worker(config):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         open(path, "w").close()
+        _machine_start = (time.time(), _machine_busy_seconds())
+
+
+def machine_use(start: tuple[float, float], logged: float, now: tuple[float, float],
+                cores: int) -> str:
+    """The machine over the run, from ``start`` and ``now`` (wall clock, busy seconds): how busy
+    its ``cores`` were, and how much of that the per-test sums (``logged``) do not count."""
+    wall, busy = now[0] - start[0], now[1] - start[1]
+    share = busy / (wall * cores) if wall > 0 else 0.0
+    return (f"the machine: {cores} cores {share:.0%} busy over {wall:.0f} s ({busy:.0f} s of CPU; "
+            f"{max(busy - logged, 0.0):.0f} s of it not in the sums above: daemons such as "
+            f"slurmd's steps and Ray's, pytest's own processes, anything else running)")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -109,6 +138,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for name, seconds in groups.most_common():
         write(f"{seconds:8.0f}  {name}")
     write(f"{sum(groups.values()):8.0f}  in all")
+    if _machine_start is not None:
+        write(machine_use(_machine_start, sum(groups.values()),
+                          (time.time(), _machine_busy_seconds()), os.cpu_count() or 1))
     write("costliest files:")
     for name, seconds in files.most_common(12):
         write(f"{seconds:8.0f}  {name}")
