@@ -136,6 +136,42 @@ def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(tmp
     assert_the_cause_is_named(info.value)
 
 
+class _Status:
+    """A task's process as the supervisor polls it; ``returncode`` None while it runs."""
+
+    def __init__(self, returncode):
+        self.returncode = returncode
+        self.stdout = None
+
+    def poll(self):
+        return self.returncode
+
+
+def test_the_cause_is_named_when_its_exit_status_arrives_after_the_consequences(tmp_path,
+                                                                             monkeypatch):
+    # A warm task's exit status comes from its server, which reaps its children in its own
+    # time (the oldest first): the supervisor can see worker 0, brought down, fail before it
+    # hears that worker 1, whose output ended first, was killed.
+    from tfdistributed.engines.base import Deadline
+    from tfdistributed.engines.local import supervisor
+
+    launcher = supervisor.LocalLauncher(script(tmp_path, "pass"), workers=2, timeout=60,
+                                        echo=False)
+    job = launcher.job(0, Deadline(60, time.monotonic()))
+    worker0, worker1 = job.tasks
+    worker0.proc, worker1.proc = _Status(1), _Status(None)
+    worker1.ended_at, worker0.ended_at = time.monotonic() - 2, time.monotonic() - 1
+
+    def stop(procs, grace):  # nothing to stop; worker 1's status arrives meanwhile
+        worker1.proc.returncode = -9
+
+    monkeypatch.setattr(supervisor, "_kill_tree", stop)
+    with pytest.raises(LaunchError) as info:
+        job.wait(Deadline(60, time.monotonic()))
+    assert info.value.failure["task"] == "worker 1"
+    assert "Task worker 1 was killed by signal 9" in str(info.value)
+
+
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path, warm):
     # SIGKILL (the OOM killer, kill -9, a closed terminal's session) runs no teardown in the

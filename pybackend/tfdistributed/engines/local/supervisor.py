@@ -124,8 +124,10 @@ class LocalJob:
             failed += [t for t in vital if t.server and t.poll() == 0]
             if failed:
                 time.sleep(0.2)
+                stopping = time.monotonic()
                 self._stop(self.tasks)
-                raise _task_failed(_first_to_end(failed), self._task_results())
+                raise _task_failed(_first_to_end(failed + _failed_before(vital, stopping)),
+                                   self._task_results())
             if primaries and all(t.poll() == 0 for t in primaries):
                 break
             if deadline.passed():
@@ -257,6 +259,16 @@ def _failure_message(task: _Process) -> str:
     """Which task failed, how, and what it said last."""
     return (f"Task {task.name} {how_it_ended(task.proc.returncode)}; every other task was "
             f"stopped. {error_summary(task.lines)}")
+
+
+def _failed_before(tasks: list[_Process], stopping: float) -> list[_Process]:
+    """Those of ``tasks`` that failed on their own before the launcher began to stop the job at
+    ``stopping``: their output had ended by then, and their exit status (known now that the job
+    is stopped) is a failure. A task's status can reach the launcher after another's: a warm
+    task's comes from its server (engines/warm), which reaps its children in its own time, so
+    the poll that saw a consequence fail may not have seen its cause yet."""
+    return [t for t in tasks if t.ended_at is not None and t.ended_at < stopping
+            and t.proc.returncode not in (None, 0)]
 
 
 def _first_to_end(failed: list[_Process]) -> _Process:
