@@ -8,11 +8,12 @@ export RETICULATE_PYTHON := $(PY)
 export TF_CPP_MIN_LOG_LEVEL := 2
 PYTEST_ARGS ?=
 # pytest-xdist: each test file runs whole on one worker (--dist loadscope), the costliest files
-# first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). The
-# cluster jobs wait much of the time (joins, grace periods, schedulers, timeouts), so 3 workers
-# keep the cores busiest (4 were no faster: 26 min 26 s against 24 min 27 s and 26 min 47 s
-# for 3; with warm starts 23 min 21 s against 22 min 53 s); make check's tests are mostly
-# single-process, 2 workers suffice.
+# first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). With 3
+# workers the machine's two cores are 93% busy over the run (sampled from /proc/stat; the
+# cluster jobs' waits are filled by the other workers), so a fourth gains nothing (26 min 26 s
+# against 24 min 27 s and 26 min 47 s for 3; with warm starts 23 min 21 s against 22 min 53 s);
+# only less CPU makes the suite faster. make check's tests are mostly single-process, 2
+# workers suffice.
 TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 BENCH_ARGS ?=

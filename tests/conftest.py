@@ -12,8 +12,10 @@ a machine where the engines do not work must not look green.
 Local jobs start warm (``TFDISTRIBUTED_WARM_START=1``, :mod:`tfdistributed.engines.warm`): their
 Python tasks are forked from a process that imported TensorFlow once per pytest worker (and once
 per R session a test starts), instead of each of the suite's few hundred tasks importing it
-(~3 s of CPU each). ``tests/python/engines`` runs its jobs cold, as a user's start by default;
-``tests/python/engines/test_warm.py`` checks that a warm task is what a cold one would be."""
+(~3 s of CPU each). The launcher's own tests (``tests/python/engines/test_launch.py``) run their
+jobs cold, as a user's start by default, and so does one killed-worker test of self-healing
+(tests/python/engines/conftest.py); ``tests/python/engines/test_warm.py`` checks that a warm
+task is what a cold one would be."""
 
 import os
 
