@@ -3,7 +3,6 @@
 test_shards.py."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -87,10 +86,13 @@ def test_mirrored_with_steps_per_epoch_keeps_every_batch(digits):
 def test_error_in_the_generator_stops_training_within_seconds(digits):
     (x, y), _ = digits
     model = build_digits_model(tfd.make_strategy("default"))
-    started = time.monotonic()
     job, feed = fit_from(model, passes(x, y, fail_at=30), epochs=100)
-    assert time.monotonic() - started < 30
+    # Training stopped at the failing call, the 30th, not after its 100 epochs (2,200 batches):
+    # no batch was asked for after it, and the job ended within job.stop's 30 s (below). Not
+    # a wall-clock bound from the start: on a loaded machine tracing the model alone can take
+    # most of 30 s.
     assert feed.failure == "disk on fire at call 30"
+    assert feed.batches == 29
     with pytest.raises(Exception, match="R generator failed or training was stopped"):
         job.result()
     assert not job.alive and not training_threads()
