@@ -43,12 +43,15 @@
 #'   it answers again, the job grows back at its next backup. These restarts do
 #'   not count in `max_restarts`. Without `min_workers`, a lost host ends the
 #'   job with an error of class `tfdistributed_host_lost_error` naming it.
-#' @param warm_start For the `"local"` backend, `TRUE` forks each Python task
-#'   (a `.py` script) from a Python that has imported TensorFlow already,
-#'   started once per R session, instead of each task importing it (about 3 s
-#'   of CPU less per task). A script then cannot change variables read at
-#'   import (`KERAS_BACKEND`, ...) before it imports them. `.R` scripts and
-#'   tasks on `hosts` start the usual way. `NULL`: on when the environment
+#' @param warm_start For the `"local"` backend, `TRUE` forks each task from a
+#'   process that has loaded TensorFlow already, started once per R session,
+#'   instead of each task loading it: for an `.R` script an `Rscript` that has
+#'   loaded this package, reticulate, Python and TensorFlow (about 5 s of CPU
+#'   less per task), for a `.py` script a Python (about 3 s). The task runs as
+#'   a fresh `Rscript` or `python` would run it (output, errors, exit status,
+#'   `commandArgs()`, its own `tempdir()` and random seed), but cannot change
+#'   variables read at import (`KERAS_BACKEND`, ...) before it imports them.
+#'   Tasks on `hosts` start the usual way. `NULL`: on when the environment
 #'   variable `TFDISTRIBUTED_WARM_START` is `"1"`.
 #' @param backend Where the tasks run: `"local"` (processes on this machine),
 #'   `"slurm"` (a job submitted with `sbatch` from the script of

@@ -109,13 +109,14 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             ``min_workers`` a job needs all of its hosts: a lost one ends it with
             :class:`~tfdistributed.errors.HostLostError` naming it. ``result.sizes`` lists
             each change of size.
-        warm_start: fork each task from a Python that has imported TensorFlow, Keras and
+        warm_start: fork each task from a process that has loaded TensorFlow, Keras and
             tfdistributed already (started once per launching process, kept for later jobs),
-            instead of each task importing them: ~3 s of CPU less per task
-            (:mod:`tfdistributed.engines.warm`, which says what differs from a fresh
-            interpreter: a script cannot change ``KERAS_BACKEND`` and other variables read at
-            import once it runs). Python targets on this machine only; R scripts, ``hosts=``
-            tasks and ``prepare_task`` tasks with a ``preexec_fn`` start the usual way.
+            instead of each task loading them: for a Python target a Python (~3 s of CPU less
+            per task), for an ``.R`` script an ``Rscript`` with R, reticulate and Python too
+            (~5 s less) (:mod:`tfdistributed.engines.warm`, which says what differs from a
+            fresh interpreter: a script cannot change ``KERAS_BACKEND`` and other variables
+            read at import once it runs). Targets on this machine only; ``hosts=`` tasks and
+            ``prepare_task`` tasks with a ``preexec_fn`` start the usual way.
             Default ``None``: on when ``TFDISTRIBUTED_WARM_START=1``, else off. Local backend
             only.
         show_all: also stream TensorFlow's C++ start-up lines and each task's Keras progress

@@ -181,3 +181,25 @@ test_that("warm_start forks a Python script's tasks from a warm Python, and must
   expect_error(launch_cluster(script, workers = 2, warm_start = "yes"), "warm_start",
                class = "tfdistributed_error")
 })
+
+test_that("warm_start forks an R script's tasks from a warm Rscript, run as Rscript runs them", {
+  skip_if_no_backend()
+  script <- withr::local_tempfile(fileext = ".R")
+  writeLines(c("args <- commandArgs(trailingOnly = TRUE)",
+               "cat('args', args, '\n')",
+               "cat('parent', reticulate::import('os')$getppid(), '\n')",
+               "if (args[[1]] == 'fail') stop('on purpose')"), script)
+  job <- launch_cluster(script, workers = 2, args = c("ok", "b c"), warm_start = TRUE,
+                        echo = FALSE, progress = FALSE)
+  expect_identical(job$tasks$returncode, c(0L, 0L))
+  lines <- unlist(job$output)
+  expect_identical(sum(lines == "args ok b c "), 2L)
+  parents <- as.integer(sub("^parent ([0-9]+) *$", "\\1", grep("^parent ", lines, value = TRUE)))
+  # One R server of this session forked both (not this R, not its Python).
+  expect_identical(length(unique(parents)), 1L)
+  expect_false(parents[[1]] == Sys.getpid())
+  # An error ends the task as Rscript ends it: the message, "Execution halted", status 1.
+  err <- expect_error(launch_cluster(script, workers = 1, args = "fail", warm_start = TRUE,
+                                     echo = FALSE, progress = FALSE),
+                      "exited with status 1", class = "tfdistributed_error")
+})

@@ -181,10 +181,11 @@ def test_what_cannot_be_forked_starts_the_usual_way(tmp_path):
                warm_start=True, prepare_task=pin)
     assert f"[worker 0] parent {os.getpid()}" in lines
     python = sys.executable
-    assert client._warm_argv([python, "-m", "tfdistributed", "server"], python) == [
+    assert client._warm_argv([python, "-m", "tfdistributed", "server"], python).argv == [
         "-m", "tfdistributed", "server"]
-    assert client._warm_argv([python, "t.py", "x"], python) == ["t.py", "x"]
-    for argv in ([python, "-c", "pass"], [python, "-u", "t.py"], ["Rscript", "t.R"],
+    assert client._warm_argv([python, "t.py", "x"], python).argv == ["t.py", "x"]
+    # (R scripts: test_warm_r.py.)
+    for argv in ([python, "-c", "pass"], [python, "-u", "t.py"],
                  ["ip", "netns", "exec", "ns0", python, "t.py"], ["/other/python", "t.py"]):
         assert client._warm_argv(argv, python) is None
 

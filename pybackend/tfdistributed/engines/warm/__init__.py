@@ -1,5 +1,6 @@
-"""Warm starts: the local engine's tasks forked from a Python that has imported TensorFlow
-already, instead of each task importing it (~3 s of CPU per task on a laptop-class core).
+"""Warm starts: the local engine's tasks forked from a Python (or, for ``.R`` scripts, an R)
+that has imported TensorFlow already, instead of each task importing it (~3 s of CPU per Python
+task on a laptop-class core, ~5 s per R task: R, reticulate and Python start too).
 
 ``launch(..., warm_start=True)`` (or ``TFDISTRIBUTED_WARM_START=1`` in the environment) starts,
 once per launching process, a *warm server*: ``python -m tfdistributed.engines.warm.server``,
@@ -27,8 +28,8 @@ What is not the same as a fresh interpreter, and so when a task starts the usual
   once). Every other variable (the task's ``TF_CONFIG``, its attempt, a user's own) is set in
   the child, whose ``os.environ`` is the task's whole environment;
 - a task run through a command prefix (``hosts=``: another network namespace), by another
-  interpreter (``python=``), an R script, or with a ``preexec_fn`` (``prepare_task``) always
-  starts the usual way;
+  interpreter (``python=``), or with a ``preexec_fn`` (``prepare_task``) always starts the
+  usual way;
 - TensorFlow's own start-up lines (oneDNN, CUDA) are printed once by the server, not by each
   task;
 - seen from outside, a task's command line and environment (``ps``, ``/proc/PID/cmdline``
@@ -37,11 +38,26 @@ What is not the same as a fresh interpreter, and so when a task starts the usual
   Find a task by its port (the process listening on its TF_CONFIG address) or its pid
   (``launch()`` output, ``job$workers``), not by its command line.
 
+An ``.R`` script (``Rscript [--options] script.R args``) is forked from an *R server*
+(:mod:`.rtask`): ``Rscript [--options] serve.R`` started in the task's working directory with
+the task's environment (all of it but what the launcher sets per task: ``TF_CONFIG``, our
+``TFDISTRIBUTED_*``; R reads much as it starts: ``.Renviron``, ``.Rprofile``, ``R_LIBS``...), which
+loads the tfdistributed R package, reticulate, Python and the modules above, then forks per
+task. The child runs the script with R's own REPL, as Rscript does (output, warnings, errors,
+exit status), with the task's ``commandArgs()``, its own ``tempdir()`` and random seed, and the
+variables R's start-up sets; reticulate's event-loop thread and the ``cli`` package's timer
+thread are stopped in the server and started again in each task. What differs from a fresh
+``Rscript``: the tfdistributed namespace is loaded before the script's first line (attached only
+by its ``library()``), and what R prints while starting (a ``.Rprofile``'s messages) goes to the
+server's log. A server that finds another R package's thread running (a fork would not copy it)
+does not start.
+
 If the server cannot start (or dies), tasks start the usual way and the job's output says why.
 
 Modules: ``server`` (the warm process: imports, listens, forks, reaps), ``child`` (what a forked
-child does to become the task) and ``client`` (the launcher's side: :class:`~.client.WarmProcess`,
-shaped as the :class:`subprocess.Popen` the supervisor uses, and :func:`~.client.start_task`).
+child does to become the task), ``rtask`` (the same for R: the server's side in R and what a
+forked R task does) and ``client`` (the launcher's side: :class:`~.client.WarmProcess`, shaped
+as the :class:`subprocess.Popen` the supervisor uses, and :func:`~.client.start_task`).
 
 Layer: inside ``engines``; imports nothing of the package above ``errors`` and
 ``cluster.environment`` (and the server process imports the package whole).

@@ -1,5 +1,6 @@
 """What a child forked by the warm server does to become its task, as ``python argv...`` would
-have run it; it never returns (``os._exit``)."""
+have run it (:func:`become_task`; it never returns, ``os._exit``), and the part of it every
+forked task does, a Python or an R one (:func:`prepare`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def become_task(argv: list, env: dict, cwd: str | None, output_fd: int) -> None:
     ``[script, ...]``) in this forked process, then exit with the status Python would."""
     code = 1
     try:
-        _set_up(env, cwd, output_fd)
+        prepare(env, cwd, output_fd)
         code = _run(argv)
     except BaseException:  # noqa: BLE001 - anything before or around the target
         try:
@@ -30,7 +31,11 @@ def become_task(argv: list, env: dict, cwd: str | None, output_fd: int) -> None:
         os._exit(code)
 
 
-def _set_up(env: dict, cwd: str | None, output_fd: int) -> None:
+def prepare(env: dict, cwd: str | None, output_fd: int) -> None:
+    """Make this forked child a task started as the launcher starts one: its own session,
+    stdin from ``/dev/null``, stdout and stderr to ``output_fd``, default SIGCHLD and SIGTERM,
+    the working directory ``cwd`` and the environment ``env``, NumPy's global generator seeded
+    afresh."""
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -5,6 +5,7 @@ with the part of Popen's interface the local engine's supervisor uses."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pickle
 import select
@@ -15,13 +16,15 @@ import sys
 import tempfile
 import threading
 import time
+from typing import NamedTuple
 
 from ...cluster.environment import process_getenv
 from ...errors import ArgumentTypeError
 
 #: ``TFDISTRIBUTED_WARM_START=1``: ``launch()``'s default for ``warm_start``.
 WARM_START_ENV = "TFDISTRIBUTED_WARM_START"
-#: Servers kept running at once (one per distinct task environment; the least used goes).
+#: Servers of each kind (Python, R) kept running at once (one per distinct task environment;
+#: the least recently used goes).
 MAX_SERVERS = 3
 #: Seconds a server may take to import TensorFlow and be ready.
 START_TIMEOUT = 120.0
@@ -39,6 +42,11 @@ IMPORT_TIME_NAMES = ("HOME", "PATH", "TMPDIR", "TEMP", "TMP", "LANG", "LANGUAGE"
 _OURS_AT_IMPORT = ("TFDISTRIBUTED_DISABLE_COMPAT",)
 # TF_CONFIG is read when the strategy is made.
 _RUN_TIME = ("TF_CONFIG",)
+# Set by R or reticulate for each process as it starts (engines/warm/rtask.py sets them in each
+# forked R task), never the server's.
+_PER_TASK = ("R_SESSION_TMPDIR", "R_SESSION_INITIALIZED")
+# Rscript options that print or run something at start-up, which a forked task would not.
+_R_COLD_OPTIONS = ("--verbose", "--help", "--version")
 
 def warm_start_wanted(warm_start) -> bool:
     """``launch(warm_start=)`` checked: ``None`` reads ``TFDISTRIBUTED_WARM_START`` (``"1"``:
@@ -153,23 +161,24 @@ def _alive(pid: int) -> bool:
 
 
 class _Server:
-    """One warm server process, serving tasks whose environment is ``env``."""
+    """One warm server process, serving tasks of ``target``'s kind and interpreter whose
+    environment matches ``env`` (and, for R, whose working directory is ``cwd``)."""
 
-    def __init__(self, python: str, env: dict):
-        self.python, self.env = python, env
+    def __init__(self, target: _Target, env: dict, cwd: str | None = None):
+        self.kind, self.program, self.options = target.kind, target.program, target.options
+        self.env, self.cwd = env, cwd
         self.tasks_cpu = 0.0  # CPU seconds of its tasks that have ended (tasks_cpu_seconds)
+        self.startup_env: dict = {}  # what the server's start-up set in its environment
         self.dir = tempfile.mkdtemp(prefix="tfdistributed-warm-")
         self.path = os.path.join(self.dir, "socket")
         self.log = os.path.join(self.dir, "server.log")
         ready_r, ready_w = os.pipe()
         try:
+            argv, workdir = self._command(ready_w)
             with open(self.log, "wb") as log:
                 self.proc = subprocess.Popen(
-                    # -X faulthandler: a native crash while importing leaves its stack in the log.
-                    [python, "-X", "faulthandler", "-m", "tfdistributed.engines.warm.server",
-                     self.path, str(ready_w)], env=env, pass_fds=(ready_w,),
-                    stdin=subprocess.PIPE, stdout=log, stderr=log,
-                    start_new_session=True, cwd=self.dir)
+                    argv, env=env, pass_fds=(ready_w,), stdin=subprocess.PIPE, stdout=log,
+                    stderr=log, start_new_session=True, cwd=workdir)
         except BaseException:
             os.close(ready_r)
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -179,27 +188,60 @@ class _Server:
         with os.fdopen(ready_r, "rb") as ready:
             self._ready(ready)
 
+    def _command(self, ready: int) -> tuple:
+        """The server's argv and working directory."""
+        if self.kind == "python":
+            # -X faulthandler: a native crash while importing leaves its stack in the log.
+            return ([self.program, "-X", "faulthandler", "-m", "tfdistributed.engines.warm.server",
+                     self.path, str(ready)], self.dir)
+        # Rscript, with the task's options, in the task's directory (R reads .Rprofile and
+        # .Renviron there as it starts), on a one-line script (engines/warm/rtask.py).
+        serve = os.path.join(self.dir, "serve.R")
+        with open(serve, "w") as f:
+            f.write(f"tfdistributed:::warm_task_server({json.dumps(self.path)}, {ready}L, "
+                    f"{json.dumps(serve)})\n")
+        return [self.program, *self.options, serve], self.cwd
+
     def _ready(self, ready) -> None:
-        # The server writes "ready" once it listens; the pipe ends empty if it dies first.
+        # The server writes "ready" and its environment once it listens; the pipe ends empty if
+        # it dies first.
         deadline = time.monotonic() + START_TIMEOUT
         line, timed_out = b"", True
         while time.monotonic() < deadline:
             if select.select([ready], [], [], 0.5)[0]:
                 line, timed_out = ready.readline(), False
                 break
-        if line.strip() != b"ready":
+        word, _, environment = line.strip().partition(b" ")
+        if word != b"ready":
             why = self._why(f"did not start within {START_TIMEOUT:g} s" if timed_out else
                             "failed to start")
             self.close()  # removes the log: read it first
             raise RuntimeError(why)
+        if environment:
+            self.startup_env = {k: v for k, v in json.loads(environment).items()
+                                if self.env.get(k) != v and k not in _PER_TASK}
+
+    def task_env(self, env: dict) -> dict:
+        """The environment of a task forked from this server: the task's, with what an R task's
+        start-up would have set in it (R and its packages, from the same environment, did the
+        same in the server: ``R_HOME``, ``R_LIBS_USER``, a ``.Renviron``'s variables...)."""
+        return env if self.kind == "python" else {**env, **self.startup_env}
 
     def _why(self, what: str) -> str:
         try:
             with open(self.log, errors="replace") as f:
-                tail = [ln.rstrip() for ln in f.readlines()[-5:] if ln.strip()]
+                tail = [ln.strip() for ln in f.readlines()[-12:] if ln.strip()]
         except OSError:
             tail = []
-        return (f"the warm-start server {what}" + (f" ({tail[-1]})" if tail else "")
+        # R's error is "Error in call :" and the message on the lines after it, then "Execution
+        # halted"; Python's, the last line of its traceback.
+        errors = [i for i, ln in enumerate(tail) if ln.startswith(("Error", "Fatal error"))]
+        if errors:
+            shown = " ".join(ln for ln in tail[errors[-1]:] if ln != "Execution halted")
+        else:
+            shown = tail[-1] if tail else ""
+        kind = "" if self.kind == "python" else "R "
+        return (f"the {kind}warm-start server {what}" + (f" ({shown[:400]})" if shown else "")
                 + "; tasks start the usual way")
 
     def alive(self) -> bool:
@@ -212,7 +254,8 @@ class _Server:
         try:
             conn.settimeout(30.0)
             conn.connect(self.path)
-            socket.send_fds(conn, [pickle.dumps({"argv": argv, "env": env, "cwd": cwd})], [write])
+            request = {"argv": argv, "env": self.task_env(env), "cwd": cwd}
+            socket.send_fds(conn, [pickle.dumps(request)], [write])
             reply = conn.recv(4096)
             if not reply:
                 raise RuntimeError(self._why("closed the connection"))
@@ -245,45 +288,80 @@ _servers: list[_Server] = []   # most recently used last
 _failed: dict = {}             # (python, environment) -> why its server could not start
 
 
-def _server_env(env: dict) -> dict:
-    """The part of a task's environment its server must have had: what is read at import."""
+class _Target(NamedTuple):
+    """A task a warm server can start: its kind (``"python"`` or ``"r"``), its interpreter
+    (``python``, ``Rscript``), the interpreter's options (Rscript's: R starts by them) and what
+    the forked child runs (Python's argv after the interpreter; R's script and arguments)."""
+    kind: str
+    program: str
+    options: tuple
+    argv: list
+
+
+def _server_env(env: dict, kind: str = "python") -> dict:
+    """The part of a task's environment its server must have had: for Python, what is read at
+    import (by Python and the modules the server imports); for R, all of it but what the launcher
+    sets per task (``TF_CONFIG``, our run-time ``TFDISTRIBUTED_*``), since what R reads as it
+    starts has no end (``.Renviron`` expands variables, ``.Rprofile`` runs code)."""
+    if kind == "r":
+        return {k: v for k, v in env.items() if k not in _RUN_TIME and k not in _PER_TASK and (
+            not k.startswith("TFDISTRIBUTED_") or k in _OURS_AT_IMPORT)}
     return {k: v for k, v in env.items() if k not in _RUN_TIME and (
         k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES or k in _OURS_AT_IMPORT)}
 
 
-def _warm_argv(argv: list, python: str) -> list | None:
-    """The arguments after the interpreter when ``argv`` is ``python -m module ...`` or
-    ``python script.py ...`` with this ``python``; else None (started the usual way)."""
-    if len(argv) < 2 or argv[0] != python:
+def _warm_argv(argv: list, python: str) -> _Target | None:
+    """What a warm server runs for ``argv``: ``python -m module ...`` or ``python script.py
+    ...`` with this ``python``, or ``Rscript [--options] script.R ...``; else None (started the
+    usual way)."""
+    if len(argv) < 2:
         return None
-    if argv[1] == "-m" and len(argv) > 2:
-        return list(argv[1:])
-    if not argv[1].startswith("-") and argv[1].endswith(".py"):
-        return list(argv[1:])
+    if argv[0] == python:
+        if argv[1] == "-m" and len(argv) > 2:
+            return _Target("python", python, (), list(argv[1:]))
+        if not argv[1].startswith("-") and argv[1].endswith(".py"):
+            return _Target("python", python, (), list(argv[1:]))
+        return None
+    if "Rscript" in os.path.basename(argv[0]):
+        options = []
+        for i, arg in enumerate(argv[1:], 1):
+            if arg.startswith("--") and arg not in _R_COLD_OPTIONS:
+                options.append(arg)
+            elif arg.lower().endswith(".r") and not arg.startswith("-"):
+                return _Target("r", argv[0], tuple(options), list(argv[i:]))
+            else:
+                return None  # -e EXPR, --verbose, ...
     return None
 
 
-def _server_for(python: str, env: dict) -> _Server:
-    wanted = _server_env(env)
-    key = (python, tuple(sorted(wanted.items())))
+def _server_for(target: _Target, env: dict, cwd: str) -> _Server:
+    return _find_or_start(target, _server_env(env, target.kind),
+                          cwd if target.kind == "r" else None)
+
+
+def _find_or_start(target: _Target, wanted: dict, cwd: str | None) -> _Server:
+    key = (target.kind, target.program, target.options, tuple(sorted(wanted.items())), cwd)
     if key in _failed:
         raise RuntimeError(_failed[key])  # tried once in this process: not again per task
     for server in list(_servers):
         if not server.alive():
             _servers.remove(server)
             server.close()
-        elif server.python == python and server.env == wanted:
+        elif (server.kind, server.program, server.options, server.env, server.cwd) == (
+                target.kind, target.program, target.options, wanted, cwd):
             _servers.remove(server)
             _servers.append(server)
             return server
     try:
-        server = _Server(python, wanted)
+        server = _Server(target, wanted, cwd)
     except (OSError, RuntimeError) as e:
         _failed[key] = str(e)
         raise
     _servers.append(server)
-    while len(_servers) > MAX_SERVERS:
-        _servers.pop(0).close()
+    same_kind = [s for s in _servers if s.kind == server.kind]
+    for old in same_kind[:-MAX_SERVERS]:
+        _servers.remove(old)
+        old.close()
     return server
 
 
@@ -296,13 +374,14 @@ def start_task(plan, cwd, warm: bool, note=None, preexec_fn=None):
     task started with Popen runs before it becomes the task (the plan's own ``preexec_fn``
     wrapped by the launcher); a forked task's server does the same for it (it dies with its
     server, which ends when the launching process does)."""
-    argv = _warm_argv(plan.argv, sys.executable) if warm and plan.preexec_fn is None else None
-    if argv is not None:
+    target = _warm_argv(plan.argv, sys.executable) if warm and plan.preexec_fn is None else None
+    if target is not None:
+        # Popen's cwd=None is the launcher's own directory; the server's is not.
+        workdir = os.getcwd() if cwd is None else cwd
         try:
             with _lock:
-                # Popen's cwd=None is the launcher's own directory; the server's is not.
-                return _server_for(sys.executable, plan.env).spawn(
-                    argv, plan.env, os.getcwd() if cwd is None else cwd, plan.name, note)
+                return _server_for(target, plan.env, workdir).spawn(
+                    target.argv, plan.env, workdir, plan.name, note)
         except (OSError, RuntimeError) as e:
             if note is not None:
                 note(f"[launch] {e}")
