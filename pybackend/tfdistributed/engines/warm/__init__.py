@@ -24,9 +24,10 @@ What is not the same as a fresh interpreter, and so when a task starts the usual
   its own: those of :data:`~.client.IMPORT_TIME_PREFIXES` (``TF_``, ``KERAS_``, ``CUDA_``,
   ``PYTHON``, ``OMP_``...) and :data:`~.client.IMPORT_TIME_NAMES` (``HOME``, ``PATH``,
   ``TMPDIR``, ``LANG``...), ``TF_CONFIG`` aside, and ``TFDISTRIBUTED_DISABLE_COMPAT``; tasks
-  whose values differ get a server of their own (up to :data:`~.client.MAX_SERVERS` live at
-  once). Every other variable (the task's ``TF_CONFIG``, its attempt, a user's own) is set in
-  the child, whose ``os.environ`` is the task's whole environment;
+  whose values differ get a server of their own (up to :data:`~.client.MAX_SERVERS` of each
+  kind, Python and R, live at once). Every other variable (the task's ``TF_CONFIG``, its
+  attempt, a user's own) is set in the child, whose ``os.environ`` is the task's whole
+  environment;
 - a task run through a command prefix (``hosts=``: another network namespace), by another
   interpreter (``python=``), or with a ``preexec_fn`` (``prepare_task``) always starts the
   usual way;

@@ -196,8 +196,9 @@ def _new_tempdir() -> None:
 
 def _read_next(script: str, server_file: str) -> None:
     """Put ``script`` on the file descriptor R reads its ``--file=`` from (``serve.R``'s)."""
-    fds = [int(fd) for fd in os.listdir("/proc/self/fd")
-           if _link(f"/proc/self/fd/{fd}") == server_file]
+    # The same file (by device and inode: its path may name it through a symbolic link).
+    wanted = os.stat(server_file)
+    fds = [fd for fd in map(int, os.listdir("/proc/self/fd")) if _same_file(fd, wanted)]
     if len(fds) != 1:
         raise RuntimeError(f"R's script file {server_file} is open {len(fds)} times, not once")
     try:
@@ -209,6 +210,14 @@ def _read_next(script: str, server_file: str) -> None:
         os._exit(2)
     os.dup2(source, fds[0])
     os.close(source)
+
+
+def _same_file(fd: int, wanted: os.stat_result) -> bool:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino)
 
 
 def _link(path: str) -> str | None:
