@@ -238,9 +238,11 @@ def test_r_servers_do_not_push_python_ones_out(tmp_path, monkeypatch):
         return int(output(result.tasks[0])[-1].split()[-1])
 
     python_server = parent(str(python_task))
-    first_r = parent(r_task, ROUND="1")
-    assert parent(r_task, ROUND="1") == first_r  # the same environment: the same server
-    second_r = parent(r_task, ROUND="2")          # another: another server, the first gone
+    first_r = parent(r_task, R_ROUND="1", MINE="a")
+    # A variable R does not read as it starts (read at run time): the same server.
+    assert parent(r_task, R_ROUND="1", MINE="b") == first_r
+    # One it does (R_*): another server, and the first one goes.
+    second_r = parent(r_task, R_ROUND="2")
     assert second_r != first_r and first_r not in client.server_pids()
     assert parent(str(python_task)) == python_server
     assert {python_server, second_r} <= set(client.server_pids())

@@ -40,13 +40,15 @@ What is not the same as a fresh interpreter, and so when a task starts the usual
   (``launch()`` output, ``job$workers``), not by its command line.
 
 An ``.R`` script (``Rscript [--options] script.R args``) is forked from an *R server*
-(:mod:`.rtask`): ``Rscript [--options] serve.R`` started in the task's working directory with
-the task's environment (all of it but what the launcher sets per task: ``TF_CONFIG``, our
-``TFDISTRIBUTED_*``; R reads much as it starts: ``.Renviron``, ``.Rprofile``, ``R_LIBS``...), which
-loads the tfdistributed R package, reticulate, Python and the modules above, then forks per
-task. The child runs the script with R's own REPL, as Rscript does (output, warnings, errors,
-exit status), with the task's ``commandArgs()``, its own ``tempdir()`` and random seed, and the
-variables R's start-up sets; reticulate's event-loop thread and the ``cli`` package's timer
+(:mod:`.rtask`): ``Rscript [--options] serve.R`` started in the task's working directory (where
+R reads ``.Rprofile`` and ``.Renviron``) with the task's values of the variables above and of
+those R and reticulate read as they start (``R_*``, ``RETICULATE_*``...), which loads the
+tfdistributed R package, reticulate, Python and the modules above, then forks per task. A task
+gets what R's start-up set in the server on top of its own environment; where that start-up
+set a variable the task has a value of its own for (a ``.Renviron`` line), a server started with
+the task's value serves it. The child runs the script with R's own REPL, as Rscript does
+(output, warnings, errors, exit status), with the task's ``commandArgs()``, its own
+``tempdir()`` and random seed; reticulate's event-loop thread and the ``cli`` package's timer
 thread are stopped in the server and started again in each task. What differs from a fresh
 ``Rscript``: the tfdistributed namespace is loaded before the script's first line (attached only
 by its ``library()``), and what R prints while starting (a ``.Rprofile``'s messages) goes to the

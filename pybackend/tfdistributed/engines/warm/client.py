@@ -42,6 +42,11 @@ IMPORT_TIME_NAMES = ("HOME", "PATH", "TMPDIR", "TEMP", "TMP", "LANG", "LANGUAGE"
 _OURS_AT_IMPORT = ("TFDISTRIBUTED_DISABLE_COMPAT",)
 # TF_CONFIG is read when the strategy is made.
 _RUN_TIME = ("TF_CONFIG",)
+# What R, its start-up shell script and reticulate read as they start, besides the above: an R
+# task's server starts with the task's values of these (others are read at run time, or
+# checked: _Server.conflicts).
+R_START_PREFIXES = ("R_", "RETICULATE_")
+R_START_NAMES = ("PWD", "SHLVL")
 # Set by R or reticulate for each process as it starts (engines/warm/rtask.py sets them in each
 # forked R task), never the server's.
 _PER_TASK = ("R_SESSION_TMPDIR", "R_SESSION_INITIALIZED")
@@ -221,6 +226,17 @@ class _Server:
             self.startup_env = {k: v for k, v in json.loads(environment).items()
                                 if self.env.get(k) != v and k not in _PER_TASK}
 
+    def conflicts(self, env: dict) -> dict:
+        """The variables of a task's environment ``env`` that this server's start-up set to
+        another value (an R server's: R, its ``.Renviron`` and packages) without having started
+        with the task's value: a fresh ``Rscript`` of the task could have kept the task's value
+        (``EDITOR=${EDITOR-vi}``) or not (a ``.Renviron``'s plain line), so a server started
+        with it must serve the task."""
+        if self.kind == "python":
+            return {}
+        return {k: env[k] for k, v in self.startup_env.items()
+                if k in env and env[k] != v and self.env.get(k) != env[k]}
+
     def task_env(self, env: dict) -> dict:
         """The environment of a task forked from this server: the task's, with what an R task's
         start-up would have set in it (R and its packages, from the same environment, did the
@@ -299,15 +315,16 @@ class _Target(NamedTuple):
 
 
 def _server_env(env: dict, kind: str = "python") -> dict:
-    """The part of a task's environment its server must have had: for Python, what is read at
-    import (by Python and the modules the server imports); for R, all of it but what the launcher
-    sets per task (``TF_CONFIG``, our run-time ``TFDISTRIBUTED_*``), since what R reads as it
-    starts has no end (``.Renviron`` expands variables, ``.Rprofile`` runs code)."""
-    if kind == "r":
-        return {k: v for k, v in env.items() if k not in _RUN_TIME and k not in _PER_TASK and (
-            not k.startswith("TFDISTRIBUTED_") or k in _OURS_AT_IMPORT)}
-    return {k: v for k, v in env.items() if k not in _RUN_TIME and (
+    """The part of a task's environment its server must have had: what is read at import (by
+    Python and the modules the server imports); for R also what R, its shell script and
+    reticulate read as they start (:data:`R_START_PREFIXES`, :data:`R_START_NAMES`). What else
+    an R start-up sets (a ``.Renviron``...) is checked per task (:meth:`_Server.conflicts`)."""
+    wanted = {k: v for k, v in env.items() if k not in _RUN_TIME and (
         k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES or k in _OURS_AT_IMPORT)}
+    if kind == "r":
+        wanted.update({k: v for k, v in env.items() if k not in _PER_TASK and (
+            k.startswith(R_START_PREFIXES) or k in R_START_NAMES)})
+    return wanted
 
 
 def _warm_argv(argv: list, python: str) -> _Target | None:
@@ -335,8 +352,19 @@ def _warm_argv(argv: list, python: str) -> _Target | None:
 
 
 def _server_for(target: _Target, env: dict, cwd: str) -> _Server:
-    return _find_or_start(target, _server_env(env, target.kind),
-                          cwd if target.kind == "r" else None)
+    wanted = _server_env(env, target.kind)
+    cwd = cwd if target.kind == "r" else None
+    server = _find_or_start(target, wanted, cwd)
+    extra = server.conflicts(env)
+    if extra:
+        # What R's start-up set (a .Renviron's line, R's ${EDITOR-vi}) over variables this task
+        # has values of its own for: which wins in a fresh Rscript depends on how each is set.
+        # A server started with the task's values sets them as the task's own start would.
+        server = _find_or_start(target, {**wanted, **extra}, cwd)
+        if server.conflicts(env):
+            raise RuntimeError(f"no warm server starts as this task would (its values of "
+                               f"{', '.join(sorted(extra))})")
+    return server
 
 
 def _find_or_start(target: _Target, wanted: dict, cwd: str | None) -> _Server:
