@@ -222,7 +222,7 @@ def _backup_and_restore_class():
 
         def on_epoch_begin(self, epoch, logs=None):
             if self._stop_after_epoch:
-                _exit_preempted(self._stop_after_epoch)
+                _exit_preempted(self.model, self._stop_after_epoch)
             # Keras counts the epoch it writes in its metadata from 0 in every fit() and moves it
             # on at each epoch's end only: a resumed job's step backups would say epoch 0.
             self._current_epoch = epoch
@@ -296,7 +296,7 @@ def _stop_if_preempted(callback) -> None:
     """
     said = _preempted(callback)
     if said:
-        _exit_preempted(said)
+        _exit_preempted(callback.model, said)
 
 
 def _preempted(callback) -> str | None:
@@ -310,9 +310,37 @@ def _preempted(callback) -> str | None:
             f"restarted")
 
 
-def _exit_preempted(said: str) -> None:
+def _exit_preempted(model, said: str) -> None:
     print(said, flush=True)
+    _leave_together(model, said)
     raise SystemExit(PREEMPTED_EXIT_CODE)
+
+
+# How long a preempted worker waits for the others to have decided too before it exits anyway.
+LEAVE_TIMEOUT = 60.0
+
+
+def _leave_together(model, barrier: str) -> None:
+    """Wait until every worker of ``model``'s multi-worker job has reached this point too.
+
+    A collective ends on each worker when that worker has received what it needs, not when
+    every worker has: a worker that exited on its result at once could leave before a slower
+    peer had read its half of the decision, and the peer would then fail on a lost connection
+    instead of exiting to be restarted. TensorFlow's coordination service (which
+    MultiWorkerMirroredStrategy starts) holds a barrier of the name ``barrier`` until every
+    task is at it; if it cannot (a task already gone, ``LEAVE_TIMEOUT``), the worker exits all
+    the same: it has backed up and knows it is to stop.
+    """
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    try:
+        context.context().wait_at_barrier(f"tfdistributed: {barrier}", int(LEAVE_TIMEOUT * 1000))
+    except tf.errors.OpError:
+        pass
 
 
 def _anyone(model, flag: bool) -> bool:

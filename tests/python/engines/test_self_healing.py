@@ -363,8 +363,8 @@ def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tm
     outdir, backup = tmp_path / "out", tmp_path / "backup"
     lines = []
     result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
-                 "--stop-at", str(stop_at), "--signal", "TERM", max_restarts=1,
-                 on_output=lines.append)
+                 "--stop-at", str(stop_at), "--signal", "TERM", "--slow-decision", "2",
+                 max_restarts=1, on_output=lines.append)
     assert result.restarts == 1, stop_at
     assert result.attempts[0]["ended"] == f"was preempted (exit status {tfd.PREEMPTED_EXIT_CODE})"
     assert result.attempts[0]["preempted"]
@@ -384,6 +384,11 @@ def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tm
     said = f"Preempted: backed up after step {(backed_up - 1) % EPOCH + 1} of epoch " \
            f"{(backed_up - 1) // EPOCH + 1}; exiting with status 75 to be restarted"
     assert {f"[worker 0] {said}", f"[worker 1] {said}"} <= set(lines)
+    # No worker leaves before every one has decided (worker 0 takes 2 s longer to): one that
+    # left on its own result of the all-reduce could take its half from a slower peer.
+    decided = float((outdir / "worker-0.decided").read_text())
+    left = [float(t) for t in (outdir / "worker-1.left").read_text().split()]
+    assert len(left) == 2 and left[0] >= decided, (decided, left)
     assert f"[tfdistributed] worker 1 was preempted (exit status 75) on attempt 1 of 2 " \
            f"({said}); restarting the job" in lines or \
            f"[tfdistributed] worker 0 was preempted (exit status 75) on attempt 1 of 2 " \

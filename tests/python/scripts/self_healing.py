@@ -2,7 +2,7 @@
 
 usage: self_healing.py OUTDIR [--epochs N] [--save-freq N] [--backup DIR] [--stop-at STEP]
                        [--signal KILL|TERM|RAISE] [--examples N] [--every-attempt]
-                       [--powersgd RANK,WARMUP] [--strategy NAME]
+                       [--powersgd RANK,WARMUP] [--strategy NAME] [--slow-decision SECONDS]
 Writes OUTDIR/<task>-<index>.npz (weights) and .json (history, epochs, steps), and appends
 "<attempt> <step>" to OUTDIR/<task>-<index>.steps for every step it trains.
 --stop-at K: on the first attempt, worker 1 sends itself SIG<signal> once it has trained K
@@ -11,13 +11,18 @@ RuntimeError there instead (a bug). K0,K1,...: on attempt a, at step K_a (-1: no
 --every-attempt: at step K on every attempt (a bug, or an OOM kill, that comes back).
 --powersgd RANK,WARMUP: gradient_compression=powersgd(rank=RANK, warmup_steps=WARMUP).
 --strategy: make_strategy's name (default "auto").
+--slow-decision S: worker 0 takes S seconds more to decide to stop once told it is preempted, and
+writes when it has to OUTDIR/worker-0.decided; every task appends when its process exits to
+OUTDIR/<task>-<index>.left.
 """
 
 import argparse
+import atexit
 import json
 import os
 import signal
 import sys
+import time
 
 import tfdistributed as tfd
 
@@ -32,6 +37,7 @@ parser.add_argument("--signal", default="KILL")
 parser.add_argument("--examples", type=int)
 parser.add_argument("--powersgd")
 parser.add_argument("--strategy", default="auto")
+parser.add_argument("--slow-decision", type=float)
 ns = parser.parse_args()
 
 compression = None
@@ -47,6 +53,26 @@ from models import digits_model  # noqa: E402  (tests/python/support/models.py)
 info = tfd.strategy_info(strategy)
 name = f"{info['task_type']}-{info['task_index']}"
 attempt = os.environ.get("TFDISTRIBUTED_ATTEMPT", "0")
+
+if ns.slow_decision:
+    from tfdistributed.training import checkpoints
+
+    decide = checkpoints._preempted
+
+    def slow_decision(callback):
+        said = decide(callback)
+        if said and name == "worker-0":
+            time.sleep(ns.slow_decision)
+            with open(os.path.join(ns.outdir, name + ".decided"), "w") as f:
+                f.write(f"{time.time()}\n")
+        return said
+
+    def leaving():
+        with open(os.path.join(ns.outdir, name + ".left"), "a") as f:
+            f.write(f"{time.time()}\n")
+
+    checkpoints._preempted = slow_decision
+    atexit.register(leaving)
 
 
 class Steps(keras.callbacks.Callback):
