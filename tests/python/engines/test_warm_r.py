@@ -7,6 +7,7 @@ training. Each case runs the same script cold (``warm_start=False``) and warm, a
 
 import os
 import re
+import subprocess
 import sys
 import textwrap
 
@@ -210,6 +211,26 @@ def test_an_r_server_that_cannot_start_is_named_and_the_tasks_start_cold(tmp_pat
     assert len(told) == 1, lines
     assert told[0].startswith("[launch] the R warm-start server failed to start (Error")
     assert "tfdistributed" in told[0] and told[0].endswith("; tasks start the usual way")
+
+
+def test_the_server_finds_reticulates_pipe_to_itself_or_does_not_start():
+    # reticulate wakes R through a pipe whose two ends it holds: each task gets a fresh one at
+    # the same descriptors. The server looks for it before serving: none, or another such pipe
+    # (which a task's fresh one could be mistaken for), and it does not start (tasks cold).
+    probe = textwrap.dedent("""
+        import os, sys
+        from tfdistributed.engines.warm import rtask
+        pipes = [os.pipe() for _ in range(int(sys.argv[1]))]
+        try:
+            print(rtask._notifier_pipe() == pipes[0])
+        except RuntimeError as e:
+            print(e)
+    """)
+    said = [subprocess.run([sys.executable, "-c", probe, str(n)], capture_output=True,
+                           text=True, timeout=60).stdout.strip() for n in (1, 0, 2)]
+    assert said == ["True",
+                    "expected reticulate's one pipe to itself in the R server, found 0",
+                    "expected reticulate's one pipe to itself in the R server, found 2"]
 
 
 def test_the_r_tasks_a_warm_server_can_run():

@@ -226,6 +226,11 @@ class _Server:
             self.startup_env = {k: v for k, v in json.loads(environment).items()
                                 if self.env.get(k) != v and k not in _PER_TASK}
 
+    @property
+    def key(self) -> tuple:
+        """What a task's server must match (:func:`_key`)."""
+        return _key(self.kind, self.program, self.options, self.env, self.cwd)
+
     def conflicts(self, env: dict) -> dict:
         """The variables of a task's environment ``env`` that this server's start-up set to
         another value (an R server's: R, its ``.Renviron`` and packages) without having started
@@ -301,7 +306,13 @@ class _Server:
 _lock = threading.Lock()
 _cpu_lock = threading.Lock()
 _servers: list[_Server] = []   # most recently used last
-_failed: dict = {}             # (python, environment) -> why its server could not start
+_failed: dict = {}             # a server's key (_key) -> why it could not start
+
+
+def _key(kind: str, program: str, options: tuple, env: dict, cwd: str | None) -> tuple:
+    """A server's identity: the tasks it can serve have this kind, interpreter, options,
+    server environment (:func:`_server_env`) and, for R, working directory."""
+    return kind, program, tuple(options), tuple(sorted(env.items())), cwd
 
 
 class _Target(NamedTuple):
@@ -368,15 +379,14 @@ def _server_for(target: _Target, env: dict, cwd: str) -> _Server:
 
 
 def _find_or_start(target: _Target, wanted: dict, cwd: str | None) -> _Server:
-    key = (target.kind, target.program, target.options, tuple(sorted(wanted.items())), cwd)
+    key = _key(target.kind, target.program, target.options, wanted, cwd)
     if key in _failed:
         raise RuntimeError(_failed[key])  # tried once in this process: not again per task
     for server in list(_servers):
         if not server.alive():
             _servers.remove(server)
             server.close()
-        elif (server.kind, server.program, server.options, server.env, server.cwd) == (
-                target.kind, target.program, target.options, wanted, cwd):
+        elif server.key == key:
             _servers.remove(server)
             _servers.append(server)
             return server

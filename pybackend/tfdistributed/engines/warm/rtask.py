@@ -56,6 +56,7 @@ def serve(path: str, ready: int, server_file: str) -> bool:
     event_loop = _EventLoop()
     event_loop.stop()
     _only_fork_safe_threads()
+    notifier = _notifier_pipe()  # checked here: without it the server does not start
     forked = listen_and_serve(path, int(ready))
     if forked is None:
         return False
@@ -69,7 +70,7 @@ def serve(path: str, ready: int, server_file: str) -> bool:
                                                                  f"PID={os.getpid()}:")
         _become(request["argv"], server_file)
         event_loop.start()
-        _own_notifier_pipe()
+        _own_notifier_pipe(notifier)
     except BaseException:  # noqa: BLE001 - the child must never go on as the server
         traceback.print_exc()
         sys.stderr.flush()
@@ -130,10 +131,10 @@ def _only_fork_safe_threads() -> None:
                            f"({', '.join(sorted(others))}); a fork would not copy them")
 
 
-def _own_notifier_pipe() -> None:
-    """reticulate wakes R for Python's pending calls through a pipe it made when Python started
-    (both ends open in this process): a fresh one at the same descriptors, so that one task's
-    wake-up is not read by another task (or the server)."""
+def _notifier_pipe() -> tuple:
+    """reticulate wakes R for Python's pending calls through a pipe it made when Python started,
+    both ends open in this process: ``(read_fd, write_fd)``. Looked for in the server before it
+    serves (any other such pipe, or none, and the server does not start)."""
     ends: dict = {}
     for fd in map(int, os.listdir("/proc/self/fd")):
         link = _link(f"/proc/self/fd/{fd}")
@@ -143,10 +144,17 @@ def _own_notifier_pipe() -> None:
             ends.setdefault(link, {})[flags & os.O_ACCMODE] = fd
     pairs = [e for e in ends.values() if os.O_RDONLY in e and os.O_WRONLY in e]
     if len(pairs) != 1:
-        raise RuntimeError(f"expected reticulate's one pipe to itself, found {len(pairs)}")
+        raise RuntimeError(f"expected reticulate's one pipe to itself in the R server, found "
+                           f"{len(pairs)}")
+    return pairs[0][os.O_RDONLY], pairs[0][os.O_WRONLY]
+
+
+def _own_notifier_pipe(notifier: tuple) -> None:
+    """A fresh notifier pipe at the same descriptors, so that one task's wake-up is not read by
+    another task (or the server)."""
     read, write = os.pipe()
-    os.dup2(read, pairs[0][os.O_RDONLY], inheritable=True)
-    os.dup2(write, pairs[0][os.O_WRONLY], inheritable=True)
+    os.dup2(read, notifier[0], inheritable=True)
+    os.dup2(write, notifier[1], inheritable=True)
     os.close(read)
     os.close(write)
 

@@ -1,9 +1,10 @@
 """The warm server: ``python -m tfdistributed.engines.warm.server SOCKET READY_FD``.
 
 Imports TensorFlow, Keras and tfdistributed (:data:`WARM_MODULES`), listens on the Unix socket
-``SOCKET`` (``SOCK_SEQPACKET``: one message per request), writes ``ready`` to the file
-descriptor ``READY_FD`` (a pipe from the launcher; its stdout and stderr go to a log) and then
-serves until its stdin closes (the launching process is gone or done with it):
+``SOCKET`` (``SOCK_SEQPACKET``: one message per request), writes ``ready`` and its environment
+(JSON) on one line to the file descriptor ``READY_FD`` (a pipe from the launcher; its stdout and
+stderr go to a log) and then serves until its stdin closes (the launching process is gone or
+done with it):
 
 - a request is a pickled ``{"argv", "env", "cwd"}`` with one file descriptor attached (where
   the task's stdout and stderr go); the server forks, answers ``{"pid": pid}``, and the child
