@@ -325,8 +325,9 @@ def _leave_together(model, barrier: str) -> None:
 
     A collective ends on each worker when that worker has received what it needs, not when
     every worker has: a worker that exited on its result at once could leave before a slower
-    peer had read its half of the decision, and the peer would then fail on a lost connection
-    instead of exiting to be restarted. TensorFlow's coordination service (which
+    peer had read its half of the decision, and the peer then failed on the lost connection
+    ("Lost contact with another worker", seen on a loaded machine) instead of saying it was
+    preempted and exiting to be restarted. TensorFlow's coordination service (which
     MultiWorkerMirroredStrategy starts) holds a barrier of the name ``barrier`` until every
     task is at it; if it cannot (a task already gone, ``LEAVE_TIMEOUT``), the worker exits all
     the same: it has backed up and knows it is to stop.
