@@ -335,8 +335,7 @@ def _leave_together(model, barrier: str) -> None:
     import tensorflow as tf
     from tensorflow.python.eager import context
 
-    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    if _multi_worker(model) is None:
         return
     try:
         context.context().wait_at_barrier(f"tfdistributed: {barrier}", int(LEAVE_TIMEOUT * 1000))
@@ -349,10 +348,18 @@ def _anyone(model, flag: bool) -> bool:
     single worker: ``flag``)."""
     import tensorflow as tf
 
-    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    strategy = _multi_worker(model)
+    if strategy is None:
         return flag
     return int(_flag_sum(strategy)(tf.constant(int(flag)))) > 0
+
+
+def _multi_worker(model):
+    """The MultiWorkerMirroredStrategy ``model`` trains under, or None (another strategy)."""
+    import tensorflow as tf
+
+    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    return strategy if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else None
 
 
 @functools.lru_cache(maxsize=None)

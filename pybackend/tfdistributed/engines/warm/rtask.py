@@ -206,7 +206,7 @@ def _read_next(script: str, server_file: str) -> None:
     """Put ``script`` on the file descriptor R reads its ``--file=`` from (``serve.R``'s)."""
     # The same file (by device and inode: its path may name it through a symbolic link).
     wanted = os.stat(server_file)
-    fds = [fd for fd in map(int, os.listdir("/proc/self/fd")) if _same_file(fd, wanted)]
+    fds = [fd for fd in map(int, os.listdir("/proc/self/fd")) if _is_file(fd, wanted)]
     if len(fds) != 1:
         raise RuntimeError(f"R's script file {server_file} is open {len(fds)} times, not once")
     try:
@@ -220,12 +220,11 @@ def _read_next(script: str, server_file: str) -> None:
     os.close(source)
 
 
-def _same_file(fd: int, wanted: os.stat_result) -> bool:
+def _is_file(fd: int, wanted: os.stat_result) -> bool:
     try:
-        st = os.fstat(fd)
-    except OSError:
+        return os.path.samestat(os.fstat(fd), wanted)
+    except OSError:  # closed since it was listed (the listing's own descriptor)
         return False
-    return (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino)
 
 
 def _link(path: str) -> str | None:
