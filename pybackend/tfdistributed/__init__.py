@@ -48,8 +48,8 @@ from .data.sharding import (SHARD_POLICIES, check_sharding, shard_policy,  # noq
 from .data.shards import read_shards, write_shards  # noqa: E402
 from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, HostLostError,
                      JoinTimeoutError,
-                     LaunchError, LaunchTimeoutError, ShardingError, ShardingWarning, StrategyError,
-                     TFDistributedError, TrainingError)
+                     LaunchError, LaunchTimeoutError, PlacementError, ShardingError,
+                     ShardingWarning, StrategyError, TFDistributedError, TrainingError)
 from .engines import slurm  # noqa: E402
 from .engines.launch import (PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch,  # noqa: E402
                              run_server)
@@ -81,7 +81,7 @@ __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
     "checkpoints", "loops", "ps", "slurm",
     "ArgumentTypeError", "ClusterConfigError", "JoinTimeoutError", "LaunchError",
-    "LaunchTimeoutError", "HostLostError", "GeneratorError", "ShardingError", "ShardingWarning", "StrategyError",
+    "LaunchTimeoutError", "HostLostError", "GeneratorError", "PlacementError", "ShardingError", "ShardingWarning", "StrategyError",
     "TFDistributedError", "TrainingError",
     "LaunchResult", "PowerSGD", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",

@@ -72,6 +72,11 @@ class TrainingError(TFDistributedError, RuntimeError):
     """fit/evaluate cannot run as asked (model outside the scope, bad batch size...)."""
 
 
+class PlacementError(TFDistributedError, ValueError):
+    """A model's variables, its optimizer or a call on it belong to different strategies: the
+    message names what was made under which strategy and what to move into one scope."""
+
+
 class GeneratorError(TFDistributedError, RuntimeError):
     """An R (or Python) batch generator failed, returned a bad batch, or cannot run here."""
 

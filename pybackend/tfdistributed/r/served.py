@@ -78,9 +78,7 @@ class TrainingJob:
 
 
 def _strategy_of(model, strategy):
-    import tensorflow as tf
-
-    return strategy or getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    return strategy or model.distribute_strategy
 
 
 def worker_context(model, strategy=None) -> dict:

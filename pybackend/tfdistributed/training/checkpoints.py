@@ -358,7 +358,7 @@ def _multi_worker(model):
     """The MultiWorkerMirroredStrategy ``model`` trains under, or None (another strategy)."""
     import tensorflow as tf
 
-    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    strategy = model.distribute_strategy
     return strategy if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else None
 
 

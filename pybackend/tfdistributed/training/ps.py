@@ -497,9 +497,7 @@ def predict(model, x, batch_size=None):
         >>> predict(model, x_test[:50]).shape    # doctest: +SKIP
         (50, 10)
     """
-    import tensorflow as tf
-
-    strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    strategy = model.distribute_strategy
     return predict_planned(model, _plan("predict", x, strategy=strategy, batch_size=batch_size,
                                         check_shards=False))
 

@@ -171,17 +171,15 @@ def _shuffled_alike(model, given):
 
 
 def _strategy(model):
-    """The strategy Keras trains ``model`` under: the one it was built in, else the current."""
-    import tensorflow as tf
-
-    return getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    """The strategy Keras trains ``model`` under: the one its weights were made in (see
+    :mod:`~tfdistributed.training.repairs.model_strategy_from_weights`), else the current."""
+    return model.distribute_strategy
 
 
 def _is_parameter_server(model) -> bool:
     import tensorflow as tf
 
-    strategy = getattr(model, "_distribute_strategy", None)
-    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    return isinstance(model.distribute_strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
 def _safe(callbacks):

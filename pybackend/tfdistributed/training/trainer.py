@@ -27,15 +27,14 @@ from ..cluster.live import check_not_alone
 
 
 def model_strategy(model):
-    """The strategy ``model`` was created under (TensorFlow's default strategy when none).
+    """The strategy ``model`` trains under: the one its weights were made under (wherever the
+    model object was made), else the current one (TensorFlow's default outside every scope).
 
     Example:
         >>> model_strategy(model).num_replicas_in_sync    # doctest: +SKIP
         2
     """
-    import tensorflow as tf
-
-    return getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    return model.distribute_strategy
 
 
 def _placement(strategy) -> dict:
@@ -53,6 +52,7 @@ def _check_model(model, strategy, what: str):
 
     if not isinstance(model, keras.Model):
         raise ArgumentTypeError(f"{what}() needs a Keras model, got {type(model).__name__}.")
+    model_strategy(model)  # Keras then keeps the strategy the weights were made under
     built_under = getattr(model, "_distribute_strategy", None)
     if strategy is None:
         strategy = built_under or tf.distribute.get_strategy()

@@ -30,6 +30,15 @@ def _swap(a, b):
 # For each repair, how the fixed upstream code would read, as an edit of the installed source
 # its detection reads (through its module's ``source``).
 FIXED = {
+    "model_strategy_from_weights": lambda t: t.replace(
+        "self._distribute_strategy or tf.distribute.get_strategy()",
+        "self._distribute_strategy or strategy_of_weights(self)"),
+    "compile_under_model_strategy": lambda t: t.replace(
+        "optimizer = optimizers.get(optimizer)",
+        "with self.distribute_strategy.scope(): optimizer = optimizers.get(optimizer)"),
+    "optimizer_follows_its_model": lambda t: t.replace(
+        "self._distribution_strategy = tf.distribute.get_strategy()",
+        "self._distribution_strategy = None  # taken at build"),
     "symbolic_build": lambda t: t.replace(".reduce(", ".first_value("),
     "reduce_per_replica": lambda t: t.replace(
         'strategy.reduce("MEAN", v, axis=0)', 'strategy.reduce("MEAN", v, axis=None)'),
@@ -60,7 +69,8 @@ def _module(name):
 def test_every_repair_has_a_detection_test_and_the_names_are_those_of_before():
     assert list(FIXED) == list(compat.names()) == list(compat.REPAIRS) == list(compat.status())
     assert compat.names() == (
-        "symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
+        "model_strategy_from_weights", "compile_under_model_strategy",
+        "optimizer_follows_its_model", "symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
         "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
         "clip_after_all_reduce", "logs_with_gradients", "assign_without_read",
         "multi_worker_steps_per_execution", "strategy_aware_fit")

@@ -8,7 +8,8 @@ them together with the issues filed upstream and the repairs it builds on (``req
 must wrap (``after``). :data:`ALL` lists them in order; :mod:`tfdistributed.training.compat` applies,
 reports and switches them off. ``common`` holds the record and the helpers several share.
 
-The order is checked (:func:`~.common.check_order`): ``clip_after_all_reduce`` wraps the
+The order is checked (:func:`~.common.check_order`): ``compile_under_model_strategy`` compiles
+under the strategy ``model_strategy_from_weights`` reads from the weights, ``clip_after_all_reduce`` wraps the
 all-reduce ``uneven_batches`` weights, ``logs_with_gradients`` needs both ``uneven_batches``
 (whose all-reduce carries the logs) and ``reduce_per_replica`` (which then skips them), and
 ``assign_without_read`` wraps the assignment ``central_storage_metric_assign`` patches.
@@ -17,12 +18,16 @@ all-reduce ``uneven_batches`` weights, ``logs_with_gradients`` needs both ``unev
 from __future__ import annotations
 
 from . import (assign_without_read, atomic_assign_add, central_storage_metric_assign,
-               central_storage_updates, clip_after_all_reduce, logs_with_gradients,
-               multi_worker_steps_per_execution, reduce_per_replica, sharded_variable_updates,
-               symbolic_build, uneven_batches)
+               central_storage_updates, clip_after_all_reduce, compile_under_model_strategy,
+               logs_with_gradients, model_strategy_from_weights,
+               multi_worker_steps_per_execution, optimizer_follows_its_model,
+               reduce_per_replica, sharded_variable_updates, symbolic_build, uneven_batches)
 from .common import Repair, check_order
 
 ALL: tuple[Repair, ...] = (
+    model_strategy_from_weights.REPAIR,
+    compile_under_model_strategy.REPAIR,
+    optimizer_follows_its_model.REPAIR,
     symbolic_build.REPAIR,
     reduce_per_replica.REPAIR,
     atomic_assign_add.REPAIR,

@@ -106,3 +106,28 @@ def is_scalar_number(value) -> bool:
     return (not isinstance(value, (keras.Variable, tf.Variable)) and rank_of(value) == 0
             and dtype_of(value) is not None and (dtype_of(value).is_floating
                                                  or dtype_of(value).is_integer))
+
+
+def made_under(variable):
+    """The strategy a Keras or TensorFlow variable was made under, or None (made outside every
+    strategy scope). TensorFlow records it in each variable it makes inside a scope: mirrored,
+    aggregating and sharded variables and the plain ones of one-device scopes alike."""
+    value = getattr(variable, "_value", variable)
+    shards = getattr(value, "_variables", None)  # a ShardedVariable: its shards know
+    if shards and not hasattr(value, "_distribute_strategy"):
+        value = shards[0]
+    return getattr(value, "_distribute_strategy", None)
+
+
+def scope_name(strategy) -> str:
+    """How a placement message names ``strategy``: ``"the 'mirrored' strategy's scope"``, or
+    ``"no strategy scope"`` for None and TensorFlow's default strategy."""
+    from ...strategies.make import strategy_kind
+
+    kind = "default" if strategy is None else strategy_kind(strategy)
+    return "no strategy scope" if kind == "default" else f"the {kind!r} strategy's scope"
+
+
+def is_default(strategy) -> bool:
+    """Whether ``strategy`` is None or TensorFlow's default (no scope entered)."""
+    return strategy is None or type(strategy).__name__ == "_DefaultDistributionStrategy"
