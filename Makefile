@@ -49,4 +49,4 @@ bench:
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf .venv .rlib .setup site .site-build .pytest_cache .logs
+	rm -rf .venv .rlib .rlib-keras3 .setup site .site-build .pytest_cache .logs

@@ -27,7 +27,11 @@ DEB_PKGS=(r-base-core r-base-dev pandoc r-cran-testthat r-cran-jsonlite r-cran-k
   # The documentation site (make docs, scripts/docsite.py): pkgdown 2.0.7 and what it needs
   # (downlit, ragg, httr, whisker... come with it); its browser test (tests/docs/): headless
   # Chromium driven through chromedriver, and LinkChecker over the whole site.
-  r-cran-pkgdown chromium chromium-driver linkchecker)
+  r-cran-pkgdown chromium chromium-driver linkchecker
+  # What keras3 and its R dependencies need from Debian (the keras3 step below installs them).
+  r-cran-generics r-cran-magrittr r-cran-zeallot r-cran-fastmap r-cran-glue r-cran-cli
+  r-cran-yaml r-cran-rstudioapi r-cran-lifecycle r-cran-base64enc r-cran-whisker
+  r-cran-tidyselect r-cran-backports)
 missing=()
 for p in "${DEB_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -70,6 +74,41 @@ if ! have_reticulate; then
   R CMD INSTALL --no-docs --no-html -l "$RLIB" "$pkgdir" >"$STAMP_DIR/reticulate-install.log" 2>&1 \
     || { cat "$STAMP_DIR/reticulate-install.log"; exit 1; }
   have_reticulate
+fi
+
+# --- keras3, the R user's Keras, into .rlib-keras3 --------------------------------------------
+# The suite runs R programs as R users write them, with keras3. Its own library, put before .rlib
+# by the tests that run keras3 programs: with keras3 installed, tfdistributed's `keras` is
+# keras3's (one object, no masking message), so the R-value conversions of tfdistributed's own
+# `keras` are tested in .rlib alone, as users without keras3 have them. From CRAN where CRAN can
+# be reached (its host resolves); otherwise from the public sources in ../shared/r-packages/, in
+# their dependency order (keras3 1.2.0: 1.3 and later need reticulate >= 1.42 and dotty).
+K3LIB="$ROOT/.rlib-keras3"
+K3_SOURCES="$ROOT/../shared/r-packages"
+K3_ORDER=(config_0.3.2.9000 tfautograph_0.3.2 tfruns_1.5.4 tensorflow_2.20.0 keras3_1.2.0)
+mkdir -p "$K3LIB"
+have_keras3() {
+  R_LIBS="$K3LIB:$RLIB" Rscript -e 'quit(status = !requireNamespace("keras3", quietly = TRUE))' \
+    >/dev/null 2>&1
+}
+if ! have_keras3; then
+  CRAN="${CRAN:-https://cloud.r-project.org}"
+  if timeout 10 getent hosts "$(printf '%s' "$CRAN" | sed -E 's#^[a-z]+://([^/]+).*#\1#')" \
+      >/dev/null 2>&1; then
+    log "installing keras3 from CRAN ($CRAN) into $K3LIB"
+    R_LIBS="$K3LIB:$RLIB" Rscript -e "install.packages('keras3', lib = '$K3LIB', repos = '$CRAN')" \
+      >"$STAMP_DIR/keras3-install.log" 2>&1 || true
+  fi
+  if ! have_keras3; then
+    [ -d "$K3_SOURCES" ] || { log "keras3: CRAN cannot be reached and $K3_SOURCES is missing"; exit 1; }
+    log "installing keras3 1.2.0 and its R dependencies from $K3_SOURCES (CRAN cannot be reached)"
+    for pkg in "${K3_ORDER[@]}"; do
+      R_LIBS="$K3LIB:$RLIB" R CMD INSTALL --no-docs --no-html -l "$K3LIB" \
+        "$K3_SOURCES/$pkg.tar.gz" >>"$STAMP_DIR/keras3-install.log" 2>&1 \
+        || { tail -40 "$STAMP_DIR/keras3-install.log"; exit 1; }
+    done
+  fi
+  have_keras3
 fi
 
 # --- Python virtualenv -----------------------------------------------------------------------

@@ -49,8 +49,12 @@ tfd <- NULL
 
 #' Keras 3 (the Python module), imported on first use
 #'
-#' There is no Keras R package here: models are built through reticulate, e.g.
-#' `keras$Sequential(list(keras$layers$Dense(64, activation = "relu")))`.
+#' Where the keras3 R package is installed, `keras` is keras3's own `keras`
+#' object (the same object, so attaching both packages, in either order, masks
+#' nothing), and models are best built with keras3's functions
+#' (`keras_model_sequential() %>% layer_dense(64)`). Without keras3, models are
+#' built through this object, e.g.
+#' `keras$Sequential(list(keras$layers$Dense(64, activation = "relu")))`, and
 #' R values are converted as keras3's R wrappers convert them, by one table of
 #' rules in the backend (`tfd$r$values$R_VALUE_RULES`): in the calls of
 #' `keras$layers`, `keras$callbacks`, `keras$optimizers`, `keras$losses`,
@@ -87,8 +91,12 @@ keras <- NULL
 .onLoad <- function(libname, pkgname) {
   select_python()
   tfd <<- reticulate::import("tfdistributed", delay_load = TRUE)
-  # Its calls of layers, callbacks, optimizers... take R values (keras_calls.R).
-  keras <<- keras_module_for_r(reticulate::import("keras", delay_load = TRUE))
+  # keras3's own `keras` where keras3 is installed (one object for both packages); else one
+  # whose calls of layers, callbacks, optimizers... take R values (keras_calls.R).
+  keras <<- keras3_keras()
+  if (is.null(keras)) {
+    keras <<- keras_module_for_r(reticulate::import("keras", delay_load = TRUE))
+  }
   # Importing the backend installs its Keras repairs, so the user's own model$fit() (and keras3's
   # fit()) under a strategy is repaired too, whoever starts Python first.
   if (reticulate::py_available(initialize = FALSE)) {
@@ -96,6 +104,15 @@ keras <- NULL
   } else {
     setHook("reticulate.onPyInit", install_keras_repairs)
   }
+}
+
+# keras3's exported `keras`, or NULL without keras3. R reports no conflict between identical
+# objects, so `library(keras3)` and `library(tfdistributed)` in either order mask nothing.
+keras3_keras <- function() {
+  if (!requireNamespace("keras3", quietly = TRUE)) {
+    return(NULL)
+  }
+  getExportedValue("keras3", "keras")
 }
 
 install_keras_repairs <- function() {

@@ -174,8 +174,9 @@ validation_arg <- function(validation_data, call = rlang::caller_env()) {
 }
 
 class_weight_arg <- function(class_weight, call = rlang::caller_env()) {
-  if (is.null(class_weight)) {
-    return(NULL)
+  # A Python dict is Keras' own form (keras3's fit() converts to it before calling model$fit()).
+  if (is.null(class_weight) || is_py(class_weight)) {
+    return(class_weight)
   }
   classes <- suppressWarnings(as.integer(names(class_weight)))
   if (!(is.numeric(class_weight) || is.list(class_weight)) || is.null(names(class_weight)) ||
