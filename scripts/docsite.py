@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RPKG = ROOT / "rpkg"
 VIGNETTES = ROOT / "vignettes"
+KERAS3_LIB = ROOT / ".rlib-keras3"
 # The tutorials that run the most cluster jobs start first, so that the two parallel renders
 # end near together (tests/r/test_vignettes.py measured the order).
 LONGEST = ("multi-worker", "running-on-a-cluster", "data-bigger-than-memory")
@@ -52,9 +53,18 @@ def article_names(pkg: Path) -> list[str]:
     return names
 
 
-def r_env() -> dict:
+def r_env(keras3: bool = False) -> dict:
+    """The environment of the R processes that build the site. With ``keras3``, keras3's library
+    (.rlib-keras3, made by scripts/setup.sh) comes first: the tutorials are written with keras3,
+    as R users write Keras, and the jobs they launch inherit it. The rest of the site (the help
+    pages' examples) runs without it: with keras3 installed, tfdistributed's `keras` is keras3's,
+    the plain Python module, and those examples call tfdistributed's own `keras` with R values,
+    as users without keras3 do."""
     env = dict(os.environ)
     env.setdefault("R_LIBS", str(ROOT / ".rlib"))
+    if keras3:
+        libs = [p for p in env["R_LIBS"].split(os.pathsep) if p and p != str(KERAS3_LIB)]
+        env["R_LIBS"] = os.pathsep.join([str(KERAS3_LIB), *libs])
     env.setdefault("RETICULATE_PYTHON", sys.executable)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # The performance article draws its charts from the benchmarks' result files.
@@ -117,13 +127,14 @@ def _pkg_expr(pkg: Path, dest: Path) -> str:
     return (f'pkg <- pkgdown::as_pkgdown("{pkg}", override = list(destination = "{dest}"))\n')
 
 
-def rscript(code: str, what: str, timeout: float = RENDER_TIMEOUT) -> str:
-    """Run R code in a fresh Rscript; its warnings are errors (the site builds without any).
-    pkgdown is told there is no internet: it would ask CRAN whether the package is there (it
-    is not), and this machine reaches no CRAN."""
+def rscript(code: str, what: str, timeout: float = RENDER_TIMEOUT, keras3: bool = False) -> str:
+    """Run R code in a fresh Rscript (with keras3 on its library path if ``keras3``: see
+    :func:`r_env`); its warnings are errors (the site builds without any). pkgdown is told
+    there is no internet: it would ask CRAN whether the package is there (it is not), and this
+    machine reaches no CRAN."""
     run = subprocess.run(["Rscript", "-e", "options(warn = 2, pkgdown.internet = FALSE)", "-e", code],
                          cwd=ROOT,
-                         env=r_env(), capture_output=True, text=True, timeout=timeout)
+                         env=r_env(keras3), capture_output=True, text=True, timeout=timeout)
     output = run.stdout + run.stderr
     if run.returncode != 0:
         raise SiteError(f"{what} failed (Rscript exit status {run.returncode}):\n{output[-6000:]}")
@@ -137,7 +148,7 @@ def init(pkg: Path, dest: Path) -> None:
 
 def render_article(pkg: Path, dest: Path, name: str) -> str:
     return rscript(_pkg_expr(pkg, dest) + f'pkgdown::build_article("{name}", pkg, quiet = TRUE)',
-                   f"rendering the article {name}")
+                   f"rendering the article {name}", keras3=True)
 
 
 def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
