@@ -118,6 +118,18 @@ keras3_keras <- function() {
 install_keras_repairs <- function() {
   # A missing backend is reported, with the fix, by the first call that needs it.
   try(reticulate::import("tfdistributed"), silent = TRUE)
+  # TensorFlow's deprecation notices expect a Python caller (tf$distribute$experimental$...
+  # called from R failed in the notice itself): mended as TensorFlow loads, or now if it has.
+  if (reticulate::py_eval("'tensorflow' in __import__('sys').modules")) {
+    tf_called_from_r()
+  } else {
+    setHook("reticulate::tensorflow::load", tf_called_from_r)
+  }
+  invisible()
+}
+
+tf_called_from_r <- function() {
+  try(reticulate::import("tfdistributed.r.callers")$install(), silent = TRUE)
   invisible()
 }
 

@@ -23,6 +23,15 @@ def r_env() -> dict:
     return env
 
 
+def keras3_env() -> dict:
+    """:func:`r_env` with keras3's library (.rlib-keras3, made by scripts/setup.sh) before
+    .rlib: R programs written with keras3, as R users run them. The rest of the suite runs
+    without it, as users without keras3 do (tfdistributed's own `keras` is then ours)."""
+    env = r_env()
+    env["R_LIBS"] = f"{ROOT / '.rlib-keras3'}:{env['R_LIBS']}"
+    return env
+
+
 def ensure_r_package_installed() -> None:
     """Reinstall rpkg into .rlib when its files changed (scripts/setup.sh keeps the same stamp),
     so `pytest tests/r` never tests a stale installed copy."""

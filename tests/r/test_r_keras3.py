@@ -20,18 +20,11 @@ import pytest
 
 import placement
 import tfdistributed as tfd
-from rsupport import ROOT, r_env
+from rsupport import ROOT, keras3_env
 
 SCRIPT = ROOT / "tests" / "r" / "scripts" / "keras3_placements.R"
-KERAS3_LIB = ROOT / ".rlib-keras3"
 PROGRAMS = ("all_inside", "compile_outside", "object_outside_compile_inside", "tutorial")
 EXTRAS = ("extra_class_weight", "extra_dataset", "extra_fit_distributed")
-
-
-def keras3_env() -> dict:
-    env = r_env()
-    env["R_LIBS"] = f"{KERAS3_LIB}:{env['R_LIBS']}"
-    return env
 
 
 def _rscript(code: str) -> subprocess.CompletedProcess:

@@ -8,6 +8,8 @@ module              what it holds
 ``feed``            :class:`~.feed.BatchFeed`: batches an R function produces, served from R's
                     main thread into a bounded queue that training reads
 ``served``          ``fit``/``evaluate`` started on a training thread while R serves the feed
+``callers``         TensorFlow called straight from R: deprecation notices that look for a
+                    Python caller (installed by the R package when TensorFlow loads)
 ==================  ============================================================================
 
 Layer: the top (beside ``engines``): it may import every folder below; nothing in the package
@@ -16,7 +18,7 @@ are found by :func:`find_host_generators` (from ``data.rcallbacks``, where every
 checks them).
 """
 
-from . import feed, served, values
+from . import callers, feed, served, values
 from ..data.rcallbacks import find_host_generators
 
-__all__ = ["feed", "find_host_generators", "served", "values"]
+__all__ = ["callers", "feed", "find_host_generators", "served", "values"]

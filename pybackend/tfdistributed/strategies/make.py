@@ -200,29 +200,39 @@ def _multi_worker_mirrored(cluster_resolver=None, communication_options=None, **
 def _parameter_server(cluster_resolver=None, variable_partitioner=None, **_):
     import tensorflow as tf
 
-    if cluster_resolver is None:
-        config = read_tf_config()
-        if not config or not config["cluster"].get("ps"):
-            raise StrategyError(
-                "'parameter_server' needs a cluster with workers and ps tasks (and optionally a "
-                "chief), and there is none: set TF_CONFIG (set_tf_config()), start the job with "
-                "the launcher and 1 or more ps tasks, or pass a cluster_resolver.",
-                hints={"python": "E.g. tfdistributed.launch('train.py', workers=2, ps=1, "
-                                 "chief=True).",
-                       "r": 'E.g. launch_cluster("train.R", workers = 2, ps = 1, chief = TRUE).'})
-        task = config.get("task")
-        # The coordinator is the chief, or, in a cluster without a chief, the process whose
-        # TF_CONFIG has no task: TensorFlow then adds it to the cluster as job "chief".
-        if task is not None and task["type"] != "chief":
-            raise StrategyError(
-                f"This process is the {task['type']!r} task {task['index']}; in parameter-server "
-                f"training only the chief creates the strategy (in a cluster without a chief: the "
-                f"coordinator, whose TF_CONFIG has no \"task\"). Workers and ps tasks run "
-                f"tfdistributed.run_server() (the launcher does this for you).")
-        check_own_address(config)
-        cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.experimental.ParameterServerStrategy(
-        cluster_resolver, variable_partitioner=variable_partitioner)
+        cluster_resolver or ps_cluster_resolver(), variable_partitioner=variable_partitioner)
+
+
+def ps_cluster_resolver():
+    """TensorFlow's resolver of the parameter-server cluster TF_CONFIG describes, for the
+    coordinator (the chief, or the process of a chief-less cluster whose TF_CONFIG has no task).
+
+    Raises:
+        StrategyError: TF_CONFIG names no ps task, or this process is a worker or ps task.
+    """
+    import tensorflow as tf
+
+    config = read_tf_config()
+    if not config or not config["cluster"].get("ps"):
+        raise StrategyError(
+            "'parameter_server' needs a cluster with workers and ps tasks (and optionally a "
+            "chief), and there is none: set TF_CONFIG (set_tf_config()), start the job with "
+            "the launcher and 1 or more ps tasks, or pass a cluster_resolver.",
+            hints={"python": "E.g. tfdistributed.launch('train.py', workers=2, ps=1, "
+                             "chief=True).",
+                   "r": 'E.g. launch_cluster("train.R", workers = 2, ps = 1, chief = TRUE).'})
+    task = config.get("task")
+    # The coordinator is the chief, or, in a cluster without a chief, the process whose
+    # TF_CONFIG has no task: TensorFlow then adds it to the cluster as job "chief".
+    if task is not None and task["type"] != "chief":
+        raise StrategyError(
+            f"This process is the {task['type']!r} task {task['index']}; in parameter-server "
+            f"training only the chief creates the strategy (in a cluster without a chief: the "
+            f"coordinator, whose TF_CONFIG has no \"task\"). Workers and ps tasks run "
+            f"tfdistributed.run_server() (the launcher does this for you).")
+    check_own_address(config)
+    return tf.distribute.cluster_resolver.TFConfigClusterResolver()
 
 
 def _tpu(tpu=None, cluster_resolver=None, **_):
@@ -349,13 +359,17 @@ def strategy_kind(strategy) -> str:
     """The canonical name of a strategy object's kind (``"mirrored"``, ``"default"``...)."""
     import tensorflow as tf
 
+    v1 = tf.compat.v1.distribute  # the TF 1 classes, which R tutorials still make by hand
     checks = [
-        (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker_mirrored"),
-        (tf.distribute.MirroredStrategy, "mirrored"),
-        (tf.distribute.OneDeviceStrategy, "one_device"),
-        (tf.distribute.experimental.CentralStorageStrategy, "central_storage"),
-        (tf.distribute.experimental.ParameterServerStrategy, "parameter_server"),
-        (tf.distribute.TPUStrategy, "tpu"),
+        ((tf.distribute.MultiWorkerMirroredStrategy,
+          v1.experimental.MultiWorkerMirroredStrategy), "multi_worker_mirrored"),
+        ((tf.distribute.MirroredStrategy, v1.MirroredStrategy), "mirrored"),
+        ((tf.distribute.OneDeviceStrategy, v1.OneDeviceStrategy), "one_device"),
+        ((tf.distribute.experimental.CentralStorageStrategy,
+          v1.experimental.CentralStorageStrategy), "central_storage"),
+        ((tf.distribute.experimental.ParameterServerStrategy,
+          v1.experimental.ParameterServerStrategy), "parameter_server"),
+        ((tf.distribute.TPUStrategy, v1.experimental.TPUStrategy), "tpu"),
     ]
     for cls, kind in checks:
         if isinstance(strategy, cls):
