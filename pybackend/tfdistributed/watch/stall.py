@@ -27,8 +27,9 @@ _LIBRARY = tuple(os.path.realpath(p) + os.sep for p in {
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
     sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
     os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
-# reticulate's own Python helpers (R calling Python, Python calling R) are plumbing too.
-_PLUMBING = ("rpytools", "<frozen", "<string>")
+# reticulate's own Python helpers (R calling Python, Python calling R) are plumbing too, and so
+# are keras3's (kerastools: the Python wrapper of each R function given to callback_lambda()).
+_PLUMBING = ("rpytools", os.path.join("keras3", "python", "kerastools"), "<frozen", "<string>")
 
 
 def _is_user(filename: str) -> bool:

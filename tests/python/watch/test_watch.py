@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import time
 
 import portpicker
@@ -47,6 +48,32 @@ def test_a_stall_names_the_task_in_a_callback_and_where():
            "between two steps, at train.py:12 in on_batch_end" in said
     assert "worker 1's stack, innermost first: a.py:1 in f" in said
     assert stall.diagnose(states, 90) is None  # not for long enough yet
+
+
+def _where_inside(places):
+    """``stall._training_thread_at`` of a real stack: each (file, function) of ``places``,
+    outermost first, calls the next, and the innermost is where the training thread is."""
+    seen = {}
+    inner = lambda: seen.setdefault("at", stall._training_thread_at(sys._getframe(1)))  # noqa: E731
+    for filename, name in reversed(places):
+        namespace = {"inner": inner}
+        exec(compile(f"def {name}():\n    return inner()\n", filename, "exec"), namespace)
+        inner = namespace[name]
+    inner()
+    return seen["at"]
+
+
+def test_a_callback_calling_r_is_named_through_reticulate_and_keras3():
+    library = sysconfig.get_paths()["purelib"]
+    hook = (os.path.join(library, "keras", "src", "callbacks", "callback_list.py"),
+            "_on_train_batch_end")
+    r_call = ("/usr/lib/R/site-library/reticulate/python/rpytools/call.py", "python_function")
+    # keras3's callback_lambda() wraps the R function in Python of its own (kerastools).
+    keras3 = ("/r/library/keras3/python/kerastools/callback.py", "wrapper")
+    for stack in ([hook, r_call], [hook, keras3, r_call]):
+        assert _where_inside(stack) == "a callback's on_train_batch_end, in R code", stack
+    assert _where_inside([hook, ("/home/me/train.py", "on_batch_end"), r_call]).startswith(
+        "train.py:")
 
 
 def test_a_stall_names_a_blocked_input_pipeline_and_uneven_steps():
