@@ -25,6 +25,36 @@ EPOCHS = 2
 EXACT, TRAINS = "exact", "trains"
 
 
+TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))), "CONFORMANCE.md")
+
+
+def write_section(heading, text) -> bool:
+    """Put ``text`` in CONFORMANCE.md as the section that starts with the line ``heading``
+    (``"## ..."``; ``None``: the part before the first section), keeping the others in their
+    order (a new section goes last). Each section is made by the test that checks it.
+
+    Returns:
+        Whether the file already held ``text`` there (the test fails when it did not).
+    """
+    current = open(TABLE).read() if os.path.exists(TABLE) else ""
+    parts = current.split("\n## ")
+    head, sections = parts[0] + "\n", ["## " + p.rstrip("\n") + "\n" for p in parts[1:]]
+    if heading is None:
+        head = text
+    else:
+        found = [i for i, section in enumerate(sections) if section.startswith(heading + "\n")]
+        if found:
+            sections[found[0]] = text
+        else:
+            sections.append(text)
+    new = "\n".join([head.rstrip("\n") + "\n", *sections])
+    if new != current:
+        with open(TABLE, "w") as f:
+            f.write(new)
+    return new == current
+
+
 def _data():
     import tfdistributed as tfd
 

@@ -1,6 +1,7 @@
 """Where a user's program makes its model, its optimizer and calls ``compile``, ``fit``,
 ``evaluate``, ``predict`` and ``save``, relative to ``with strategy.scope()``: the placement
-table of CONFORMANCE.md, as programs (Python; the R programs are tests/r/scripts/placement.R).
+table of CONFORMANCE.md, as programs (Python; the R programs are
+tests/r/scripts/keras3_placements.R).
 
 Every placement trains the same small model from the same seed, on the same data, so each can be
 compared weight for weight with the program that does everything inside the scope. Test files
@@ -164,9 +165,9 @@ def run_all(strategy, workdir, placements=tuple(PLACEMENTS)):
     return {name: attempt(strategy, name, workdir) for name in placements}
 
 
-def run_launched(workdir):
-    """In a launched task: :func:`run_all` under the strategy TF_CONFIG describes, each task's
-    files below ``workdir/<task type>-<index>``."""
+def run_launched(workdir, placements=tuple(PLACEMENTS)):
+    """In a launched task: :func:`run_all` (of ``placements``) under the strategy TF_CONFIG
+    describes, each task's files below ``workdir/<task type>-<index>``."""
     import json
 
     import tfdistributed as tfd
@@ -174,7 +175,7 @@ def run_launched(workdir):
     task = json.loads(os.environ["TF_CONFIG"])["task"]
     where = os.path.join(workdir, f"{task['type']}-{task['index']}")
     os.makedirs(where, exist_ok=True)
-    return run_all(tfd.make_strategy("auto"), where)
+    return run_all(tfd.make_strategy("auto"), where, placements)
 
 
 def run_without_repairs(placements):

@@ -5,7 +5,7 @@ device does; the mistakes no repair can mend are the package's PlacementError; a
 three placement repairs is needed (without it, its placements fail as Keras 3 alone fails, or
 report other numbers).
 
-The programs are tests/python/support/placement.py; the R programs are tests/r/test_r_keras3.py.
+The programs are tests/python/support/placement.py; the R programs, tests/r/test_r_keras3.py.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tfdistributed as tfd
+import conformance
 import placement
+import tfdistributed as tfd
 
 KINDS = ["one_device", "mirrored", "central_storage"]
+IN_PROCESS = ["default", *KINDS]
+CLUSTERS = ["multi_worker_mirrored", "parameter_server"]
+SECTION = "## Where the program makes its model and calls compile"
 
 
 @pytest.fixture(scope="module")
@@ -26,30 +30,65 @@ def one_device(tmp_path_factory):
                          str(tmp_path_factory.mktemp("default")))
 
 
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory):
+    """``in_process(kind)``: every placement under ``kind`` in this process, run once."""
+    runs = {}
+
+    def results(kind):
+        if kind not in runs:
+            runs[kind] = placement.run_all(tfd.make_strategy(kind),
+                                           str(tmp_path_factory.mktemp(kind)))
+        return runs[kind]
+
+    return results
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """Every placement on a 2-worker job (worker 0's results, and worker 1's) and on the
+    coordinator of a chief + worker + ps job."""
+    root = tmp_path_factory.mktemp("clusters")
+    job = tfd.launch(placement.run_launched, workers=2, args=(str(root / "mwms"),), timeout=600,
+                     echo=False)
+    ps = tfd.launch(placement.run_launched, workers=1, ps=1, chief=True,
+                    args=(str(root / "ps"),), timeout=600, echo=False)
+    return {"multi_worker_mirrored": job.values[0], "worker 1": job.values[1],
+            "parameter_server": next(v for v in ps.values if v)}  # servers return nothing
+
+
+def _mismatch(result, reference, exact=True):
+    """What differs between two runs of a placement (weights, history, evaluation,
+    predictions), or None; ``exact=False``: up to float rounding (rtol 1e-5)."""
+    if "error" in result:
+        return f"{result['error']}: {result['message'][:200]}"
+    same = (lambda a, b: np.array_equal(a, b)) if exact else \
+        (lambda a, b: np.allclose(a, b, rtol=1e-5, atol=1e-6))
+    pairs = [*(("weight", a, b) for a, b in zip(result["weights"], reference["weights"])),
+             *((f"history {k}", result["history"].get(k), v)
+               for k, v in reference["history"].items()),
+             *((f"evaluate {k}", result["evaluate"].get(k), v)
+               for k, v in reference["evaluate"].items()),
+             ("predict", result["predict"], reference["predict"])]
+    if len(result["weights"]) != len(reference["weights"]):
+        return "another number of weights"
+    for what, a, b in pairs:
+        if a is None or not same(np.asarray(a), np.asarray(b)):
+            return what
+    if not np.allclose(result["loaded_predict"], result["predict"], rtol=1e-6):
+        return "the saved model predicts otherwise"
+    return None
+
+
 def _same_training(result, reference, what, exact=True):
-    """``result`` trained as ``reference``: the same weights, history, evaluation and
-    predictions (exactly, or up to float rounding where the sums run in another order)."""
-    assert "error" not in result, f"{what}: {result}"
-    check = np.testing.assert_array_equal if exact else \
-        (lambda a, b, err_msg: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6,
-                                                          err_msg=err_msg))
-    for i, (a, b) in enumerate(zip(result["weights"], reference["weights"], strict=True)):
-        check(a, b, err_msg=f"{what}: weight {i}")
-    assert result["history"].keys() == reference["history"].keys(), what
-    for key, values in reference["history"].items():
-        check(result["history"][key], values, err_msg=f"{what}: history {key}")
-    for key, value in reference["evaluate"].items():
-        check(result["evaluate"][key], value, err_msg=f"{what}: evaluate {key}")
-    check(result["predict"], reference["predict"], err_msg=f"{what}: predict")
-    np.testing.assert_allclose(result["loaded_predict"], result["predict"], rtol=1e-6,
-                               err_msg=f"{what}: the saved model predicts otherwise")
+    assert _mismatch(result, reference, exact) is None, (what, _mismatch(result, reference, exact))
 
 
-@pytest.mark.parametrize("kind", ["default", *KINDS])
-def test_every_placement_trains_as_everything_inside_and_as_one_device(kind, tmp_path,
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=[] if k == "mirrored" else pytest.mark.slow)
+                                  for k in IN_PROCESS])
+def test_every_placement_trains_as_everything_inside_and_as_one_device(kind, in_process,
                                                                         one_device):
-    strategy = tfd.make_strategy(kind)
-    results = placement.run_all(strategy, str(tmp_path))
+    results = in_process(kind)
     replicas = 1 if kind in ("default", "one_device") else 2
     for name, result in results.items():
         assert result.get("replicas") == replicas, (name, result)
@@ -77,22 +116,62 @@ def test_a_placement_no_repair_can_mend_is_refused_by_name(kind, mistake, says):
 
 
 @pytest.mark.cluster
-def test_multi_worker_and_parameter_server_placements_train_as_one_device(tmp_path, one_device):
-    job = tfd.launch(placement.run_launched, workers=2, args=(str(tmp_path / "mwms"),),
-                     timeout=600, echo=False)
-    for worker, results in enumerate(job.values):
+def test_multi_worker_and_parameter_server_placements_train_as_one_device(clusters, one_device):
+    for column in ("multi_worker_mirrored", "worker 1", "parameter_server"):
+        results = clusters[column]
         for name, result in results.items():
-            assert result.get("replicas") == 2, (worker, name, result)
-            _same_training(result, job.values[0]["all_inside"], f"worker {worker}, {name}")
-    _same_training(job.values[0]["all_inside"], one_device, "multi-worker against one device",
-                   exact=False)
-    job = tfd.launch(placement.run_launched, workers=1, ps=1, chief=True,
-                     args=(str(tmp_path / "ps"),), timeout=600, echo=False)
-    results = next(v for v in job.values if v)  # the coordinator's (servers return nothing)
-    for name, result in results.items():
-        _same_training(result, results["all_inside"], f"parameter server, {name}")
-    _same_training(results["all_inside"], one_device, "parameter server against one device",
-                   exact=False)
+            _same_training(result, clusters["multi_worker_mirrored"]["all_inside"]
+                           if column == "worker 1" else results["all_inside"],
+                           f"{column}, {name}")
+        _same_training(results["all_inside"], one_device, f"{column} against one device",
+                       exact=False)
+    assert all(r["replicas"] == 2 for r in clusters["multi_worker_mirrored"].values())
+
+
+def render_section(columns, one_device) -> str:
+    """The placement table of CONFORMANCE.md, from the results of every column."""
+    def cell(kind, name):
+        results = columns[kind]
+        if name == "all_inside":
+            exact = kind in ("default", "one_device")
+            wrong = _mismatch(results[name], one_device, exact)
+            return wrong or ("same as one device" if exact else "same as one device (rtol 1e-5)")
+        return _mismatch(results[name], results["all_inside"]) or "same as all inside"
+
+    where = placement.PLACEMENTS
+    lines = [
+        SECTION, "",
+        "Generated by `tests/python/training/test_placement.py`. Each program builds the same "
+        "seeded model and",
+        "trains it with `fit(validation_split = 0.25)`, early stopping and a checkpoint, then "
+        "`evaluate`,",
+        "`predict`, `save` and `load_model`; only what it does inside `with strategy.scope()` "
+        "differs",
+        "(in: inside the scope; name: the optimizer named in `compile`). *Same* means the same "
+        "weights,",
+        "history, evaluation and predictions, bit for bit unless a tolerance is given. The keras3 "
+        "R programs",
+        "of the same placements are in the next section.", "",
+        "| placement | model object | layers | optimizer | compile | fit, evaluate, save | "
+        + " | ".join(IN_PROCESS + CLUSTERS) + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(IN_PROCESS + CLUSTERS)]
+    for name, w in where.items():
+        lines.append(f"| `{name}` | {w['model']} | {w['layers']} | {w['optimizer']} | "
+                     f"{w['compile']} | {w['calls']} | "
+                     + " | ".join(cell(k, name) for k in IN_PROCESS + CLUSTERS) + " |")
+    lines += ["", "What no repair can mend is `tfdistributed.PlacementError` (tested under "
+              "`one_device`, `mirrored` and",
+              "`central_storage`), naming what was made in which scope and what to move:", ""]
+    lines += [f"- `{m}`" for m in placement.MISTAKES]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.cluster
+def test_placement_section_of_the_conformance_table_is_current(in_process, clusters,
+                                                                one_device):
+    columns = {kind: in_process(kind) for kind in IN_PROCESS} | clusters
+    assert conformance.write_section(SECTION, render_section(columns, one_device)), \
+        "CONFORMANCE.md was out of date and has been regenerated: commit it"
 
 
 @pytest.mark.cluster
@@ -117,7 +196,8 @@ def test_each_placement_repair_is_needed_under_mirrored(switched_off, fails):
 def test_compile_outside_the_scope_reports_each_workers_own_loss_without_its_repair(tmp_path):
     # The weights train alike, but the loss tracker Keras makes in compile() belongs to no
     # strategy: each worker reports the loss of its own half of the batch, silently.
-    job = tfd.launch(placement.run_launched, workers=2, args=(str(tmp_path),), timeout=600,
+    job = tfd.launch(placement.run_launched, workers=2,
+                     args=(str(tmp_path), ("all_inside", "compile_outside")), timeout=600,
                      echo=False, env={"TFDISTRIBUTED_DISABLE_COMPAT": "compile_under_model_strategy"})
     inside = job.values[0]["all_inside"]
     for worker, results in enumerate(job.values):
