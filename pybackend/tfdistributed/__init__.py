@@ -21,8 +21,7 @@ modules and what it may import; ``tests/python/package/test_architecture.py`` ch
 - ``engines/``: :func:`launch` and its engines (local, SLURM, Ray), the attempt loop;
 - ``r/``: what exists only for R (R values, R generators served from R's main thread);
 - ``testbeds/``: the host bed and a local SLURM cluster (tests, benchmarks, tutorials);
-- ``demo`` (``make demo``), ``__main__`` (``python -m tfdistributed launch ...``), ``_moved``
-  (module paths of earlier releases, kept working).
+- ``demo`` (``make demo``), ``__main__`` (``python -m tfdistributed launch ...``).
 
 TensorFlow is imported lazily: ``import tfdistributed`` is cheap, so TF_CONFIG and logical
 devices can still be set up after it.
@@ -35,7 +34,6 @@ from .strategies import runtime as _runtime
 # every step).
 _runtime.prefer_pooled_cpu_allocator()
 
-from . import _moved  # noqa: E402
 from . import cluster, data, r, strategies, testbeds, training  # noqa: E402
 from ._args import KERAS_COUNT_ARGUMENTS  # noqa: E402
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec,  # noqa: E402
@@ -93,10 +91,3 @@ __all__ = [
     "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
     "write_digits_tfds", "write_shards", "slurm_script", "tf_config_from_slurm",
 ]
-
-# Module paths of earlier releases (tfdistributed.testbeds.hostbed, .compression, ...) keep working.
-_moved.install()
-
-
-def __getattr__(name):
-    return _moved.attribute(name)

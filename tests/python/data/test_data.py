@@ -75,7 +75,7 @@ def test_one_file_split_under_auto_is_sharded_by_data_with_one_notice(digits_tfd
         warnings.simplefilter("always")
         assert tfd.check_sharding(ds, 3) == "data"
         assert tfd.check_sharding(ds, 3, "auto") == "data"  # an explicit "auto" is the default
-        sharded = tfd.sharding.shard_for_workers(ds, 3, "fit(), the training data")
+        sharded = tfd.data.sharding.shard_for_workers(ds, 3, "fit(), the training data")
     assert tfd.shard_policy(sharded) == "data" and tfd.shard_policy(ds) == "auto"
     notices = [w for w in caught if issubclass(w.category, tfd.ShardingWarning)]
     assert len(notices) == 1, [str(w.message) for w in notices]
@@ -156,7 +156,7 @@ def test_a_shuffle_without_a_seed_before_the_workers_split_the_data_is_announced
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(2):  # once per data and process
-                tfd.sharding.shard_for_workers(dataset, 2, what)
+                tfd.data.sharding.shard_for_workers(dataset, 2, what)
         notices = [str(w.message) for w in caught if issubclass(w.category, tfd.ShardingWarning)]
         if cut is None:
             assert notices == [], what

@@ -90,7 +90,7 @@ def test_a_multi_worker_strategy_says_its_pack_size_and_tensorflows_class_takes_
 
 THREADS = """
 import json, os, warnings
-from tfdistributed import packing
+from tfdistributed.strategies import packing
 import tensorflow as tf
 seen = {}
 cores = sorted(os.sched_getaffinity(0))

@@ -99,7 +99,7 @@ def test_a_failed_build_leaves_nothing():
 
 BED_THEN_WAIT = """
 import sys, time
-from tfdistributed import hostbed as hosts
+from tfdistributed.testbeds import hostbed as hosts
 bed = hosts.HostBed(1).up()
 print(bed.prefix, flush=True)
 time.sleep(60)

@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
                                    "import tfdistributed; import tensorflow as tf; tf.keras.Model"])
 def test_repairs_are_installed_by_the_import_in_either_order(order):
     # A fresh interpreter each: the order of the first imports is what is tested.
-    code = f"{order}\nimport json\nfrom tfdistributed import compat\nprint(json.dumps(compat.status()))"
+    code = f"{order}\nimport json\nfrom tfdistributed.training import compat\nprint(json.dumps(compat.status()))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert proc.returncode == 0, proc.stderr[-2000:]

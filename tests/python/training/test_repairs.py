@@ -146,7 +146,7 @@ def test_install_refuses_a_repair_out_of_order_and_adds_a_known_one_once():
 
 def test_a_repair_whose_requirement_is_switched_off_is_skipped_and_says_why():
     code = ("import json, keras, tfdistributed\n"
-            "from tfdistributed import compat\n"
+            "from tfdistributed.training import compat\n"
             "print(json.dumps({'status': compat.status(), 'applied': compat.apply()}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
