@@ -34,7 +34,9 @@ from .strategies import runtime as _runtime
 # every step).
 _runtime.prefer_pooled_cpu_allocator()
 
-from . import cluster, data, r, strategies, testbeds, training  # noqa: E402
+# The subpackages, for their attributes (tfd.cluster.free_ports, R's tfd$r$values): left out of
+# __all__, which lists the public names (each subpackage's own __all__ lists its).
+from . import cluster, data, r, strategies, testbeds, training  # noqa: E402, F401
 from ._args import KERAS_COUNT_ARGUMENTS  # noqa: E402
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec,  # noqa: E402
                       is_checkpoint_writer, is_chief, local_cluster, num_workers, read_tf_config,
@@ -79,15 +81,16 @@ __all__ = [
     "KERAS_COUNT_ARGUMENTS", "PREEMPTED_EXIT_CODE", "ROLES", "SHARD_POLICIES", "STRATEGY_NAMES",
     "checkpoints", "loops", "ps", "slurm",
     "ArgumentTypeError", "ClusterConfigError", "JoinTimeoutError", "LaunchError",
-    "LaunchTimeoutError", "HostLostError", "GeneratorError", "PlacementError", "ShardingError", "ShardingWarning", "StrategyError",
-    "TFDistributedError", "TrainingError",
+    "LaunchTimeoutError", "HostLostError", "GeneratorError", "PlacementError", "ShardingError",
+    "ShardingWarning", "StrategyError", "TFDistributedError", "TrainingError",
     "LaunchResult", "PowerSGD", "TaskResult",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "gradient_compression", "set_gradient_compression",
     "set_bytes_per_pack", "evaluate", "fit", "global_batch_size",
     "is_checkpoint_writer", "is_chief",
-    "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers", "predict",
-    "powersgd", "read_shards", "read_tf_config", "run_server", "set_tf_config", "shard_policy", "strategy_info",
-    "strategy_kind", "tf_config", "validate_cluster", "validate_tf_config", "with_shard_policy",
-    "write_digits_tfds", "write_shards", "slurm_script", "tf_config_from_slurm",
+    "launch", "load_tfds", "local_cluster", "make_dataset", "make_strategy", "num_workers",
+    "predict", "powersgd", "read_shards", "read_tf_config", "run_server", "set_tf_config",
+    "shard_policy", "strategy_info", "strategy_kind", "tf_config", "validate_cluster",
+    "validate_tf_config", "with_shard_policy", "write_digits_tfds", "write_shards", "slurm_script",
+    "tf_config_from_slurm",
 ]

@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks (needs --chief)")
     p.add_argument("--chief", action="store_true", help="add a chief task")
-    p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds before every task is stopped")
     p.add_argument("--max-restarts", type=int, default=0,
                    help="restart the whole job up to N times after a failure (default 0)")
     p.add_argument("--min-workers", type=int, default=None,

@@ -36,11 +36,12 @@ def as_int(value, name: str, *, minimum: int | None = None, allow_none: bool = F
                      "r": f"E.g. {name} = {int(value)}L."}
         else:
             fix = "pass a whole number"
-        raise ArgumentTypeError(f"`{name}` must be an integer, got {type(value).__name__} {value!r}: "
-                                f"{fix}.", hints=hints)
+        raise ArgumentTypeError(f"`{name}` must be an integer, got {type(value).__name__} "
+                                f"{value!r}: {fix}.", hints=hints)
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ArgumentTypeError(f"`{name}` must be >= {minimum}, got {value}: pass {minimum} or more.")
+        raise ArgumentTypeError(
+            f"`{name}` must be >= {minimum}, got {value}: pass {minimum} or more.")
     return value
 
 

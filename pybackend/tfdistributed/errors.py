@@ -108,14 +108,15 @@ class HostLostError(LaunchError):
 class ShardingWarning(UserWarning):
     """A multi-worker dataset is sharded otherwise than by file although its policy is
     ``"auto"``: it reads fewer files than there are workers, so it is sharded by data (as
-    TensorFlow documents ``"auto"``; see :mod:`tfdistributed.data.sharding`). Said once per data set;
-    set the shard policy to choose, or ``warnings.filterwarnings("ignore",
+    TensorFlow documents ``"auto"``; see :mod:`tfdistributed.data.sharding`). Said once per data
+    set; set the shard policy to choose, or ``warnings.filterwarnings("ignore",
     category=ShardingWarning)``."""
 
 
 def closest(name: str, choices: Iterable[str]) -> str | None:
     """The choice closest to ``name``, for "did you mean" hints (None when nothing is close)."""
-    matches = difflib.get_close_matches(str(name).lower(), [c.lower() for c in choices], n=1, cutoff=0.5)
+    matches = difflib.get_close_matches(str(name).lower(), [c.lower() for c in choices], n=1,
+                                        cutoff=0.5)
     if not matches:
         return None
     by_lower = {c.lower(): c for c in choices}

@@ -34,7 +34,8 @@ def set_tf_config(config=None, *, cluster=None, task_type=None, task_index=0) ->
         ArgumentTypeError: neither ``config`` nor ``cluster`` was given, or both were.
 
     Example:
-        >>> set_tf_config(cluster=local_cluster(2), task_type="worker", task_index=0)  # doctest: +SKIP
+        >>> set_tf_config(cluster=local_cluster(2), task_type="worker",
+        ...               task_index=0)  # doctest: +SKIP
     """
     if config is not None and cluster is not None:
         raise ArgumentTypeError(

@@ -5,7 +5,8 @@ Why a module of its own: every process that builds a strategy reads this
 (:mod:`tfdistributed.strategies`), and a task started by ``srun`` reads it to find its cluster
 (:mod:`tfdistributed.engines.slurm.task`); neither submits jobs, so neither should import the
 ``sbatch`` engine (:mod:`tfdistributed.engines.slurm.launcher`). The public face of SLURM is
-:mod:`tfdistributed.engines.slurm`, which re-exports these names with :func:`~tfdistributed.engines.slurm.slurm_script`.
+:mod:`tfdistributed.engines.slurm`, which re-exports these names with
+:func:`~tfdistributed.engines.slurm.slurm_script`.
 
 Inside a task
 -------------
@@ -130,7 +131,8 @@ def expand_hostnames(nodelist: str) -> list:
     done = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True,
                           text=True, timeout=30)
     if done.returncode != 0:
-        raise ClusterConfigError(f"`scontrol show hostnames {nodelist}` failed: {done.stderr.strip()}")
+        raise ClusterConfigError(
+            f"`scontrol show hostnames {nodelist}` failed: {done.stderr.strip()}")
     return done.stdout.split()
 
 
@@ -214,8 +216,8 @@ def _ports(env, port_base, per_node: int) -> list:
         port_base = _env_int(env, PORT_BASE_VARIABLE, DEFAULT_PORT_BASE)
     port_base = as_int(port_base, "port_base", minimum=1)
     if port_base + per_node > 65535:
-        raise ClusterConfigError(f"port_base {port_base} + {per_node} tasks per node is beyond port "
-                                 f"65535: pick a base such as {DEFAULT_PORT_BASE}.")
+        raise ClusterConfigError(f"port_base {port_base} + {per_node} tasks per node is beyond "
+                                 f"port 65535: pick a base such as {DEFAULT_PORT_BASE}.")
     return list(range(port_base, port_base + per_node))
 
 
@@ -266,17 +268,19 @@ def slurm_cluster(env=None, *, port_base=None, ps=None, chief=None):
         raise ClusterConfigError(
             "This process is not a task of a SLURM job step (SLURM_PROCID and SLURM_STEP_ID are "
             "not set): start it with srun, e.g. `srun -n 2 python train.py`.")
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    nodelist = (env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+                or env.get("SLURM_NODELIST"))
     if not nodelist:
-        raise ClusterConfigError("SLURM sets no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST) "
-                                 "for this task: run it with srun inside a job.")
+        raise ClusterConfigError(
+            "SLURM sets no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST) for this task: "
+            "run it with srun inside a job.")
     hosts = node_addresses(expand_hostnames(nodelist), env)
     spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or str(n)
     counts = _tasks_per_node(spec, len(hosts))
     placement = _placement(counts, env.get("SLURM_DISTRIBUTION", ""))
     if len(placement) != n:
-        raise ClusterConfigError(f"SLURM's tasks per node {spec!r} add up to {len(placement)} tasks, "
-                                 f"the step has {n}.")
+        raise ClusterConfigError(f"SLURM's tasks per node {spec!r} add up to {len(placement)} "
+                                 f"tasks, the step has {n}.")
     rank = _env_int(env, "SLURM_PROCID")
     mine = (_env_int(env, "SLURM_NODEID", placement[rank][0]),
             _env_int(env, "SLURM_LOCALID", placement[rank][1]))

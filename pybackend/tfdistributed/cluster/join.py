@@ -7,10 +7,10 @@ default for an hour. Here, while it waits:
 - after :data:`FIRST_NOTICE` seconds (a normal join on a busy 2-core machine takes 10+ s, so
   the normal suite prints nothing) and then every :data:`NOTICE_INTERVAL` seconds, or a
   third of a shorter join timeout each (so that the wait is named before it ends), the task
-  prints (through a helper process, :class:`Watcher`) one line naming the tasks it may still wait for, with their addresses and what the
-  network answers when it connects to each (:func:`probe`): connection refused (nothing
-  listens: not started, crashed, a wrong port), no route or timed out (a wrong address, a
-  host or link down, a firewall);
+  prints (through a helper process, :class:`Watcher`) one line naming the tasks it may still wait
+  for, with their addresses and what the network answers when it connects to each (:func:`probe`):
+  connection refused (nothing listens: not started, crashed, a wrong port), no route or timed out (a
+  wrong address, a host or link down, a firewall);
 - the join timeout is TensorFlow's own: the coordination service's register timeout
   (``cluster_register_timeout_in_ms``) with registration as a barrier
   (``cluster_register_with_barrier``), so the leader and every other task raise
@@ -110,14 +110,16 @@ def probe(address: str, seconds: float = PROBE_TIMEOUT) -> str | None:
         with socket.create_connection((host, port), timeout=seconds):
             return None
     except ConnectionRefusedError:
-        return "connection refused: nothing listens there (not started yet, crashed, or a wrong port)"
+        return ("connection refused: nothing listens there (not started yet, crashed, or a "
+                "wrong port)")
     except socket.gaierror as e:
         return f"the host name does not resolve ({e.strerror})"
     except (socket.timeout, TimeoutError):
         return f"timed out after {seconds:g} s (a wrong address, a host down, or a firewall)"
     except OSError as e:
         if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN):
-            return f"no route to host ({e.strerror}: a wrong address, a host or link down, or a firewall)"
+            return (f"no route to host ({e.strerror}: a wrong address, a host or link down, "
+                    f"or a firewall)")
         return f"{e.strerror or e}"
     except ValueError as e:  # an address parse_address refuses
         return str(e)

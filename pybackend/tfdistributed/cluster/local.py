@@ -72,9 +72,9 @@ def check_loopback(cluster, hosts=()) -> dict:
     """Refuse any address off this machine: local clusters are unauthenticated gRPC servers.
 
     Addresses on one of ``hosts`` (host names or IPs, as written in the cluster) are allowed
-    too: hosts the caller set up and named explicitly (``launch(hosts=...)``). Also refuses what a local cluster cannot run: no task at all, or ps tasks without a chief
-    (TensorFlow allows that, the coordinator being outside the cluster, but :func:`launch`
-    runs the program as the chief).
+    too: hosts the caller set up and named explicitly (``launch(hosts=...)``). Also refuses what a
+    local cluster cannot run: no task at all, or ps tasks without a chief (TensorFlow allows that,
+    the coordinator being outside the cluster, but :func:`launch` runs the program as the chief).
     """
     return checked_local(cluster, hosts).as_dict()
 
@@ -89,9 +89,9 @@ def checked_local(cluster, hosts=()) -> Cluster:
             f'{field_name(["cluster"])} has no "worker" or "chief" task: list at least one worker.')
     if cluster.get("ps") and not cluster.get("chief"):
         raise ClusterConfigError(
-            f'{field_name(["cluster"])} has ps tasks but no "chief": a local parameter-server cluster '
-            f'runs your program as the chief (the coordinator); add "chief": ["127.0.0.1:port"], '
-            f'or let local_cluster() pick it with chief set to true.',
+            f'{field_name(["cluster"])} has ps tasks but no "chief": a local parameter-server '
+            f'cluster runs your program as the chief (the coordinator); add "chief": '
+            f'["127.0.0.1:port"], or let local_cluster() pick it with chief set to true.',
             hints={"python": "E.g. local_cluster(2, ps=1, chief=True).",
                    "r": "E.g. local_cluster(2, ps = 1, chief = TRUE)."})
 
@@ -101,8 +101,9 @@ def checked_local(cluster, hosts=()) -> Cluster:
                 raise ClusterConfigError(
                     f'{field_name(["cluster", role, i])} = "{address}" is not a loopback address. '
                     f"TensorFlow's gRPC servers have no authentication (and listen on every "
-                    f"interface: check_own_address()), so local clusters name 127.0.0.1 only: use local_cluster() to pick addresses (or, for hosts you "
-                    f"set up yourself, name each with how to start a task there: hosts=).")
+                    f"interface: check_own_address()), so local clusters name 127.0.0.1 only: use "
+                    f"local_cluster() to pick addresses (or, for hosts you set up yourself, name "
+                    f"each with how to start a task there: hosts=).")
     return value
 
 
@@ -141,7 +142,9 @@ def local_cluster(workers=2, ps=0, chief=False, evaluator=False) -> dict:
             "program as the chief, the coordinator of parameter-server training.",
             hints={"python": f"E.g. local_cluster({workers}, ps={ps}, chief=True).",
                    "r": f"E.g. local_cluster({workers}, ps = {ps}, chief = TRUE)."})
-    counts = {"chief": int(bool(chief)), "worker": workers, "ps": ps, "evaluator": int(bool(evaluator))}
+    counts = {"chief": int(bool(chief)), "worker": workers, "ps": ps,
+              "evaluator": int(bool(evaluator))}
     ports = iter(free_ports(sum(counts.values())))
-    cluster = {role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in counts.items() if n}
+    cluster = {role: [f"127.0.0.1:{next(ports)}" for _ in range(n)]
+               for role, n in counts.items() if n}
     return validate_cluster(cluster)

@@ -118,7 +118,8 @@ def parse_address(address: str) -> tuple[str, int]:
     """
     match = _ADDRESS.match(address.strip()) if isinstance(address, str) else None
     if not match:
-        raise ValueError(f'{address!r} is not "host:port", e.g. "127.0.0.1:2222" (IPv6: "[::1]:2222").')
+        raise ValueError(
+            f'{address!r} is not "host:port", e.g. "127.0.0.1:2222" (IPv6: "[::1]:2222").')
     return match.group("host").strip("[]"), int(match.group("port"))
 
 
@@ -153,13 +154,15 @@ def _report_unknown(path: list, known: tuple) -> None:
     _reported.add(key)
     hint = closest(str(path[-1]), known)
     if hint and hint != path[-1]:
-        _log.warning("%s is not a key TensorFlow reads; ignored. Did you mean %r?", field_name(path), hint)
+        _log.warning("%s is not a key TensorFlow reads; ignored. Did you mean %r?",
+                     field_name(path), hint)
     else:
         _log.debug("%s is not a key TensorFlow reads; ignored.", field_name(path))
 
 
 def _near_miss(mapping: Mapping, wanted: str, path: list) -> str:
-    """' TF_CONFIG has "clusters": did you mean "cluster"?' when a present key looks like ``wanted``."""
+    """' TF_CONFIG has "clusters": did you mean "cluster"?' when a present key looks like
+    ``wanted``."""
     keys = [k for k in mapping if isinstance(k, str) and k != wanted]
     hint = closest(wanted, keys)
     return f' {field_name(path)} has "{hint}": did you mean "{wanted}"?' if hint else ""
@@ -184,7 +187,8 @@ def _check_address(address, path) -> str:
             f'{field_name(path)} = "{address}" is not "host:port": write the host, a colon and a '
             f'port number, e.g. "127.0.0.1:2222" (IPv6: "[::1]:2222").') from None
     if not 0 < port < 65536:
-        raise ClusterConfigError(f'{field_name(path)} = "{address}": port {port} is outside 1-65535.')
+        raise ClusterConfigError(
+            f'{field_name(path)} = "{address}": port {port} is outside 1-65535.')
     return address.strip()
 
 
@@ -197,18 +201,19 @@ def _sparse_job(tasks: Mapping, role: str) -> list:
             index = int(key)
         except (TypeError, ValueError):
             raise ClusterConfigError(
-                f'{field_name(["cluster", role, key])}: a job written as an object maps task indices '
-                f'("0", "1", ...) to addresses; {key!r} is not an index. Write the job as a list: '
-                f'"{role}": ["host:port", ...].') from None
+                f'{field_name(["cluster", role, key])}: a job written as an object maps task '
+                f'indices ("0", "1", ...) to addresses; {key!r} is not an index. Write the job as '
+                f'a list: "{role}": ["host:port", ...].') from None
         if index in by_index:
             raise ClusterConfigError(
-                f'{field_name(["cluster", role])} gives task index {index} twice: list each task once.')
+                f'{field_name(["cluster", role])} gives task index {index} twice: list each '
+                f'task once.')
         by_index[index] = address
     if sorted(by_index) != list(range(len(by_index))):
         raise ClusterConfigError(
-            f'{field_name(["cluster", role])} lists task indices {sorted(by_index)}; the strategies '
-            f'address tasks 0..{len(by_index) - 1} of a job, so every index from 0 up must be '
-            f'present. Write the whole job as a list: "{role}": ["host:port", ...].')
+            f'{field_name(["cluster", role])} lists task indices {sorted(by_index)}; the '
+            f'strategies address tasks 0..{len(by_index) - 1} of a job, so every index from 0 up '
+            f'must be present. Write the whole job as a list: "{role}": ["host:port", ...].')
     return [by_index[i] for i in range(len(by_index))]
 
 
@@ -227,7 +232,8 @@ def _as_address_list(value, role: str) -> list:
 
 def _role_name(role, path) -> str:
     if not isinstance(role, str):
-        raise ClusterConfigError(f'{field_name(path)}: a role must be a string; roles are {", ".join(ROLES)}.')
+        raise ClusterConfigError(
+            f'{field_name(path)}: a role must be a string; roles are {", ".join(ROLES)}.')
     role = ROLE_ALIASES.get(role, role)
     if role not in ROLES:
         raise ClusterConfigError(
@@ -260,8 +266,8 @@ def validate_cluster(cluster) -> dict:
         role = _role_name(name, ["cluster", name])
         if role in written_as:
             raise ClusterConfigError(
-                f'{field_name(["cluster"])} has both "{written_as[role]}" and "{name}", two names for the '
-                f'{role}: keep one.')
+                f'{field_name(["cluster"])} has both "{written_as[role]}" and "{name}", two names '
+                f'for the {role}: keep one.')
         written_as[role] = name
         by_role[role] = _as_address_list(value, name)
     seen: dict[str, list] = {}
@@ -273,22 +279,22 @@ def validate_cluster(cluster) -> dict:
         name = written_as[role]
         if role in _SINGLETON_ROLES and len(addresses) > 1:
             raise ClusterConfigError(
-                f'{field_name(["cluster", name])} lists {len(addresses)} tasks; a cluster has at most one '
-                f'{role}. Make the others "worker" tasks.')
+                f'{field_name(["cluster", name])} lists {len(addresses)} tasks; a cluster has at '
+                f'most one {role}. Make the others "worker" tasks.')
         checked = []
         for i, address in enumerate(addresses):
             address = _check_address(address, ["cluster", name, i])
             if address in seen:
                 raise ClusterConfigError(
-                    f'{field_name(["cluster", name, i])} = "{address}" is also {field_name(seen[address])}: '
-                    f'every task needs its own host:port.')
+                    f'{field_name(["cluster", name, i])} = "{address}" is also '
+                    f'{field_name(seen[address])}: every task needs its own host:port.')
             seen[address] = ["cluster", name, i]
             checked.append(address)
         out[role] = checked
     if out.get("ps") and not out.get("worker"):
         raise ClusterConfigError(
-            f'{field_name(["cluster"])} has "ps" tasks but no "worker": parameter-server training needs '
-            f'at least one worker to run steps; add "worker": ["host:port", ...].')
+            f'{field_name(["cluster"])} has "ps" tasks but no "worker": parameter-server training '
+            f'needs at least one worker to run steps; add "worker": ["host:port", ...].')
     return out
 
 
@@ -315,11 +321,13 @@ def _task_index(task: Mapping, role: str, cluster: dict):
             pass
     if index is None:
         raise ClusterConfigError(
-            f'{field_name(["task", "index"])} = {task["index"]!r} must be a whole number such as 0.')
+            f'{field_name(["task", "index"])} = {task["index"]!r} must be a whole number '
+            f'such as 0.')
     if index < 0 or (listed and index >= len(cluster[role])):
         span = (f"the cluster has {len(cluster[role])} {role!r} task(s), so the index must be in "
                 f"0..{len(cluster[role]) - 1}" if listed else "it must be 0 or more")
-        raise ClusterConfigError(f'{field_name(["task", "index"])} = {index} is out of range: {span}.')
+        raise ClusterConfigError(
+            f'{field_name(["task", "index"])} = {index} is out of range: {span}.')
     return index
 
 
@@ -328,8 +336,8 @@ def _task(config: Mapping, cluster: dict):
     task = config.get("task", {})
     if not isinstance(task, Mapping):
         raise ClusterConfigError(
-            f'{field_name(["task"])} must be an object such as {{"type": "worker", "index": 0}}, got '
-            f'{task!r}.')
+            f'{field_name(["task"])} must be an object such as {{"type": "worker", "index": 0}}, '
+            f'got {task!r}.')
     for key in task:
         if key not in _TASK_KEYS:
             _report_unknown(["task", key], _TASK_KEYS)
@@ -358,10 +366,11 @@ def _task(config: Mapping, cluster: dict):
             why = (f'TF_CONFIG has no "cluster" listing the tasks; add "cluster": '
                    f'{{"{role}": ["host:port", ...]}}')
         if role == "chief" and cluster.get("ps"):
-            why += ('; the coordinator of a parameter-server cluster without a chief has no "task": '
-                    'remove it, or add "chief": ["host:port"] to the cluster')
+            why += ('; the coordinator of a parameter-server cluster without a chief has no '
+                    '"task": remove it, or add "chief": ["host:port"] to the cluster')
         raise ClusterConfigError(
-            f'{field_name(["task", "type"])} = {task["type"]!r}: {why}.{_near_miss(config, "cluster", [])}')
+            f'{field_name(["task", "type"])} = {task["type"]!r}: '
+            f'{why}.{_near_miss(config, "cluster", [])}')
     out = {"type": role, "index": _task_index(task, role, cluster)}
     out.update((k, v) for k, v in task.items() if k not in _TASK_KEYS)
     return out
@@ -398,7 +407,8 @@ def validate_tf_config(config) -> dict:
         ClusterConfigError: naming the field and the fix.
 
     Example:
-        >>> validate_tf_config('{"cluster": {"worker": "h:1"}, "task": {"type": "worker", "index": "0"}}')
+        >>> validate_tf_config('{"cluster": {"worker": "h:1"}, '
+        ...                    '"task": {"type": "worker", "index": "0"}}')
         {'cluster': {'worker': ['h:1']}, 'task': {'type': 'worker', 'index': 0}}
     """
     if isinstance(config, (str, bytes)):
@@ -419,8 +429,8 @@ def validate_tf_config(config) -> dict:
         rpc_layer = _unbox(config["rpc_layer"])
         if not isinstance(rpc_layer, str):
             raise ClusterConfigError(
-                f'{field_name(["rpc_layer"])} = {config["rpc_layer"]!r} must be a protocol name such as '
-                f'"grpc" (or leave it out: gRPC is the default).')
+                f'{field_name(["rpc_layer"])} = {config["rpc_layer"]!r} must be a protocol name '
+                f'such as "grpc" (or leave it out: gRPC is the default).')
         out["rpc_layer"] = rpc_layer
     # A null rpc_layer means TensorFlow's default, as if it were absent.
     out.update((k, copy.deepcopy(v)) for k, v in config.items()

@@ -121,7 +121,8 @@ def as_arrays(x, y=None, sample_weight=None):
     parts = [("x", _as_structure(x, "x"))]
     for name, value in (("y", y), ("sample_weight", sample_weight)):
         if value is not None:
-            parts.append((name, _as_structure(value, name) if name == "y" else _as_array(value, name)))
+            parts.append((name, _as_structure(value, name) if name == "y"
+                          else _as_array(value, name)))
     n = num_examples(parts[0][1])
     for name, structure in parts:
         for key, array in _leaves(structure):
@@ -152,8 +153,8 @@ def split_validation(arrays, fraction):
     from keras.src.trainers.data_adapters import array_slicing
 
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
-        raise ArgumentTypeError(f"`validation_split` must be a fraction between 0 and 1 (e.g. 0.2), "
-                                f"got {fraction!r}.")
+        raise ArgumentTypeError(f"`validation_split` must be a fraction between 0 and 1 "
+                                f"(e.g. 0.2), got {fraction!r}.")
     try:
         return array_slicing.train_validation_split(tuple(arrays), validation_split=float(fraction))
     except ValueError as e:

@@ -81,8 +81,8 @@ class InputPlan:
         validation_source: which of those ``validation`` is: None, ``"dataset"`` or ``"arrays"``.
         shuffle, seed: shuffle arrays every epoch with this seed.
         shard_policy: the shard policy asked for (None: ``"data"`` for arrays, the dataset's own).
-        check_shards: run the shard pre-flight
-            (:func:`~tfdistributed.data.sharding.shard_for_workers`) on datasets of a multi-worker job.
+        check_shards: run the shard pre-flight on datasets of a multi-worker job
+            (:func:`~tfdistributed.data.sharding.shard_for_workers`).
     """
 
     what: str
@@ -322,7 +322,8 @@ def _validation(validation_data, what: str):
     raise ArgumentTypeError(
         f"{what}(): validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight_val) "
         f"arrays, or a tf.data.Dataset of batches; got {type(validation_data).__name__}"
-        + (f" of length {len(validation_data)}" if isinstance(validation_data, (tuple, list)) else "")
+        + (f" of length {len(validation_data)}"
+           if isinstance(validation_data, (tuple, list)) else "")
         + ".")
 
 

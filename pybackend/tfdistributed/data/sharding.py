@@ -86,7 +86,8 @@ def with_shard_policy(dataset, policy: str):
     import tensorflow as tf
 
     if not isinstance(dataset, tf.data.Dataset):
-        raise ArgumentTypeError(f"with_shard_policy() needs a tf.data.Dataset, got {type(dataset).__name__}.")
+        raise ArgumentTypeError(
+            f"with_shard_policy() needs a tf.data.Dataset, got {type(dataset).__name__}.")
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = _policy_enum(policy)
     return dataset.with_options(options)
@@ -122,8 +123,8 @@ def _tf_message(error) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
-_READER_OPS = ("TFRecordDataset", "FixedLengthRecordDataset", "TextLineDataset", "ArrayRecordDataset",
-               "CSVDataset", "ExperimentalCSVDataset")
+_READER_OPS = ("TFRecordDataset", "FixedLengthRecordDataset", "TextLineDataset",
+               "ArrayRecordDataset", "CSVDataset", "ExperimentalCSVDataset")
 
 
 def _graph(dataset):
@@ -302,7 +303,8 @@ def _user_stacklevel() -> int:
     """The ``stacklevel`` naming the user's call (the first frame outside tfdistributed, Keras
     and TensorFlow) in the warning, else the outermost frame (a call from R)."""
     internal = tuple(os.path.dirname(module.__file__) + os.sep
-                     for module in (sys.modules.get(n) for n in ("tfdistributed", "keras", "tensorflow"))
+                     for module in (sys.modules.get(n)
+                                    for n in ("tfdistributed", "keras", "tensorflow"))
                      if getattr(module, "__file__", None))
     frame, level = sys._getframe(2), 2  # 1: _announce_data_sharding, 2: its caller
     while frame.f_back is not None and frame.f_code.co_filename.startswith(internal):
@@ -340,8 +342,9 @@ def shard_for_workers(dataset, workers, what: str = "This dataset"):
         ArgumentTypeError: ``workers`` is not a whole number >= 1.
 
     Example:
-        >>> train = shard_for_workers(load_tfds("sklearn_digits", "train", d).batch(64), 2)  # doctest: +SKIP
-        >>> shard_policy(train)    # one file: sharded by data, and a notice says so  # doctest: +SKIP
+        >>> train = shard_for_workers(
+        ...     load_tfds("sklearn_digits", "train", d).batch(64), 2)  # doctest: +SKIP
+        >>> shard_policy(train)  # one file: sharded by data, and a notice says so  # doctest: +SKIP
         'data'
     """
     workers = as_int(workers, "workers", minimum=1)
@@ -404,7 +407,8 @@ def _sharding_error(what, policy, workers, failure, files_short, memory_cache) -
             f"{what}: worker {index} of {workers} would get no data with the shard policy "
             f"{policy!r}. Note: this dataset caches in memory (.cache()), and TensorFlow keeps a "
             f"cache whose first pass failed empty: if an earlier attempt on this same dataset "
-            f"failed, create the dataset again (with the shard policy 'data') instead of reusing it.")
+            f"failed, create the dataset again (with the shard policy 'data') instead of "
+            f"reusing it.")
     return ShardingError(
         f"{what}: worker {index} of {workers} would get no data with the shard policy {policy!r}: "
         f"the dataset has fewer elements (batches) than there are workers. Use more data or a "

@@ -17,7 +17,8 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
     tensorflow-datasets caches small datasets in memory by itself; unless you pass a
     ``read_config``, that is turned off here: an in-memory cache whose first pass fails (as a
     failed auto-shard does) stays empty for good, so the dataset could not be reused after
-    :func:`~tfdistributed.data.sharding.check_sharding` reported the problem. Add ``.cache()`` yourself after sharding.
+    :func:`~tfdistributed.data.sharding.check_sharding` reported the problem. Add ``.cache()``
+    yourself after sharding.
 
     Args:
         name: the TFDS name (``"sklearn_digits"`` for :func:`write_digits_tfds`' data).
@@ -40,8 +41,9 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
             to prepare it).
 
     Example:
-        >>> train = load_tfds("sklearn_digits", "train", data_dir, shard_policy="data")  # doctest: +SKIP
-        >>> train = train.map(scale).batch(64)                                         # doctest: +SKIP
+        >>> train = load_tfds("sklearn_digits", "train", data_dir,
+        ...                   shard_policy="data")      # doctest: +SKIP
+        >>> train = train.map(scale).batch(64)          # doctest: +SKIP
     """
     import tensorflow_datasets as tfds
 

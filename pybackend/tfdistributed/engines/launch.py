@@ -98,16 +98,16 @@ def launch(target, workers=2, ps=0, chief=False, *, timeout=DEFAULT_TIMEOUT, max
             for and what the network answers, then fails with ``JoinTimeoutError`` naming
             them (every backend).
         min_workers: let the job go on with fewer workers when hosts it runs on are gone for
-            good (hosts of ``hosts=``, SLURM nodes, Ray nodes; :mod:`tfdistributed.engines.elastic`):
-            ``workers`` is the size the job wants, ``min_workers`` the fewest it trains with.
-            After a failure, a host that does not answer within the join timeout is lost: the
-            job restarts on the others from its backup, with the same global batch (each
-            replica's share grows) and learning rate, at the most workers over which the global
-            batch splits evenly; a lost host is probed in the background and, when it answers,
-            the job grows back at its next backup. The job may also start with fewer hosts
-            than it wants and grow. These restarts do not spend ``max_restarts``. Without
-            ``min_workers`` a job needs all of its hosts: a lost one ends it with
-            :class:`~tfdistributed.errors.HostLostError` naming it. ``result.sizes`` lists
+            good (hosts of ``hosts=``, SLURM nodes, Ray nodes;
+            :mod:`tfdistributed.engines.elastic`): ``workers`` is the size the job wants,
+            ``min_workers`` the fewest it trains with. After a failure, a host that does not answer
+            within the join timeout is lost: the job restarts on the others from its backup, with
+            the same global batch (each replica's share grows) and learning rate, at the most
+            workers over which the global batch splits evenly; a lost host is probed in the
+            background and, when it answers, the job grows back at its next backup. The job may also
+            start with fewer hosts than it wants and grow. These restarts do not spend
+            ``max_restarts``. Without ``min_workers`` a job needs all of its hosts: a lost one ends
+            it with :class:`~tfdistributed.errors.HostLostError` naming it. ``result.sizes`` lists
             each change of size.
         warm_start: fork each task from a process that has loaded TensorFlow, Keras and
             tfdistributed already (started once per launching process, kept for later jobs),

@@ -25,7 +25,8 @@ _TAIL = 40
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _LINE_LIMIT = 400
 # The line that names a Python exception, or R's error line.
-_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?|Error( in .*)?:.*)$")
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?"
+                         r"|Error( in .*)?:.*)$")
 
 
 def clean_line(raw: str) -> str:
@@ -59,7 +60,8 @@ def error_summary(lines) -> str:
 
 def how_it_ended(returncode: int) -> str:
     """``"exited with status 3"``, ``"was killed by signal 9"`` (a negative return code), or
-    ``"was preempted (exit status 75)"`` (:data:`~tfdistributed.engines.base.PREEMPTED_EXIT_CODE`)."""
+    ``"was preempted (exit status 75)"``
+    (:data:`~tfdistributed.engines.base.PREEMPTED_EXIT_CODE`)."""
     if returncode < 0:
         return f"was killed by signal {-returncode}"
     if returncode == PREEMPTED_EXIT_CODE:

@@ -16,11 +16,11 @@ function, hands the batch to :meth:`BatchFeed.put`, and waits for space with
 bounded buffer (``capacity`` batches): R produces the next batches while TensorFlow trains on
 the current ones, and R never runs more than ``capacity`` batches ahead. The buffer is a
 TensorFlow ``FIFOQueue`` that the dataset dequeues inside its own graph, so no TensorFlow thread
-ever needs R, Python or the GIL to get a batch. Because the R loop only makes short Python calls, an R interrupt (Ctrl-C) is noticed
-within one wait, and an error in the R function stops training at once: :meth:`BatchFeed.fail`
-makes the next read in TensorFlow raise, ``fit`` returns with that error, and the R side joins
-the thread before it reports the R error. The alternative - R calling ``fit`` and TensorFlow
-calling back into R - is the design that hangs.
+ever needs R, Python or the GIL to get a batch. Because the R loop only makes short Python calls, an
+R interrupt (Ctrl-C) is noticed within one wait, and an error in the R function stops training at
+once: :meth:`BatchFeed.fail` makes the next read in TensorFlow raise, ``fit`` returns with that
+error, and the R side joins the thread before it reports the R error. The alternative - R calling
+``fit`` and TensorFlow calling back into R - is the design that hangs.
 
 Under ``multi_worker_mirrored`` every worker process runs its own R loop and its own
 generator, which is told the worker's index and the number of workers; each worker's stream
@@ -35,7 +35,8 @@ sharded files (:mod:`tfdistributed.data.shards`), which every worker reads with 
 readers.
 
 A raw ``from_generator`` dataset over an R function is spotted (and refused on R's main
-thread) by :mod:`tfdistributed.data.rcallbacks`, which the dataset checks of every training call run.
+thread) by :mod:`tfdistributed.data.rcallbacks`, which the dataset checks of every training
+call run.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def _as_batch_array(value, where: str):
 
     array = np.asarray(value)
     if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
-        raise GeneratorError(f"{where} is not numeric (got {type(value).__name__}). {SIGNATURE_HELP}")
+        raise GeneratorError(
+            f"{where} is not numeric (got {type(value).__name__}). {SIGNATURE_HELP}")
     if array.ndim == 0:
         raise GeneratorError(f"{where} is a single number, not a batch: it needs a first (batch) "
                              f"dimension. {SIGNATURE_HELP}")
@@ -347,7 +349,8 @@ class BatchFeed:
 
         def dequeue(_):
             flag, *leaves = queue.dequeue()
-            ok = tf.logical_and(tf.not_equal(flag, self._STOP), tf.logical_not(stopped.read_value()))
+            ok = tf.logical_and(tf.not_equal(flag, self._STOP),
+                                tf.logical_not(stopped.read_value()))
             check = tf.debugging.Assert(ok, ["The R generator failed or training was stopped; "
                                              "the R session reports why."])
             with tf.control_dependencies([check]):

@@ -35,11 +35,11 @@ second is the smaller side of the matrix, so it costs little).
 
 State: per compressed matrix ``Q`` (``cols x rank``) and the error buffer, and the number of
 replicas the state was built for; Keras variables saved with the optimizer (:func:`build_state`,
-:class:`PowerSGDState`), so a backup (``fit(backup_dir=)``, ``model.save``) holds them. Error buffers are per replica
-(synchronized on read, mean): a backup holds their mean, and a restart gives every worker that
-mean. The update depends on the buffers only through their sum (every step above is linear in
-``M`` but the orthonormalization, which sees the sum), so the restarted job goes on as the
-uninterrupted one would, up to float rounding. A job restarted with another number of replicas
+:class:`PowerSGDState`), so a backup (``fit(backup_dir=)``, ``model.save``) holds them. Error
+buffers are per replica (synchronized on read, mean): a backup holds their mean, and a restart gives
+every worker that mean. The update depends on the buffers only through their sum (every step above
+is linear in ``M`` but the orthonormalization, which sees the sum), so the restarted job goes on as
+the uninterrupted one would, up to float rounding. A job restarted with another number of replicas
 (an elastic resize) starts the state afresh (zero errors, new ``Q``), said in a log line:
 the errors were kept per replica of the old job.
 """
@@ -101,8 +101,9 @@ def powersgd(rank=4, warmup_steps=1000, min_compression_rate=2.0, error_feedback
         ArgumentTypeError: a value of the wrong type or range, named.
 
     Example:
-        >>> powersgd(rank=2, warmup_steps=100)
-        PowerSGD(rank=2, warmup_steps=100, min_compression_rate=2.0, error_feedback=True, warm_start=True)
+        >>> powersgd(rank=2, warmup_steps=100)  # doctest: +NORMALIZE_WHITESPACE
+        PowerSGD(rank=2, warmup_steps=100, min_compression_rate=2.0, error_feedback=True,
+                 warm_start=True)
     """
     rate = min_compression_rate
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not rate >= 1:

@@ -20,7 +20,8 @@ when it has several workers, ``mirrored`` with several GPUs or when ``num_cpu_de
 asked for, else ``default``; an ``evaluator`` task (outside the training cluster) gets a local
 strategy. So one script runs unchanged on a laptop and under :func:`tfdistributed.launch`.
 Inside ``srun`` (a SLURM job step of 2+ tasks) without TF_CONFIG, the cluster comes from SLURM's
-environment first (:mod:`tfdistributed.cluster.from_slurm`, the reader alone: not the ``sbatch`` engine).
+environment first (:mod:`tfdistributed.cluster.from_slurm`, the reader alone: not the
+``sbatch`` engine).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ _BY_KEY["tpustrategy"] = "tpu"
 
 
 def canonical_name(name) -> str:
-    """The canonical strategy name for ``name``, or a :class:`StrategyError` listing the valid ones."""
+    """The canonical strategy name for ``name``, or a :class:`StrategyError` listing the valid
+    ones."""
     if not isinstance(name, str):
         raise ArgumentTypeError(
             f"The strategy name must be a string such as 'mirrored', got {type(name).__name__} "
@@ -103,10 +105,11 @@ def _device_list(devices, name: str):
     try:
         devices = list(devices)
     except TypeError:
-        raise ArgumentTypeError(f"`devices` for {name!r} must be a device string or a list of them, "
-                                f"e.g. ['/cpu:0', '/cpu:1']; got {devices!r}.") from None
+        raise ArgumentTypeError(f"`devices` for {name!r} must be a device string or a list of "
+                                f"them, e.g. ['/cpu:0', '/cpu:1']; got {devices!r}.") from None
     if not all(isinstance(d, str) for d in devices):
-        raise ArgumentTypeError(f"`devices` must be device strings such as '/gpu:0'; got {devices!r}.")
+        raise ArgumentTypeError(
+            f"`devices` must be device strings such as '/gpu:0'; got {devices!r}.")
     return devices
 
 
@@ -135,8 +138,8 @@ def _one_device(devices=None, **_):
 
     devices = _device_list(devices, "one_device")
     if devices and len(devices) != 1:
-        raise StrategyError(f"'one_device' runs on exactly one device; got {len(devices)}: {devices}. "
-                            f"Use 'mirrored' for several devices.")
+        raise StrategyError(f"'one_device' runs on exactly one device; got {len(devices)}: "
+                            f"{devices}. Use 'mirrored' for several devices.")
     device = devices[0] if devices else _local_compute_devices()[0]
     return tf.distribute.OneDeviceStrategy(device)
 
@@ -239,7 +242,8 @@ def _tpu(tpu=None, cluster_resolver=None, **_):
     import tensorflow as tf
 
     try:
-        resolver = cluster_resolver or tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+        resolver = (cluster_resolver
+                    or tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or ""))
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as e:
@@ -306,9 +310,9 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
             (the default) or ``"none"``: 32 bits.
         bytes_per_pack: for ``multi_worker_mirrored``: the gradient all-reduce in packs of
             about this many bytes, each sent while the backward pass goes on
-            (:mod:`tfdistributed.strategies.packing`); 0: one all-reduce per step; None (the default):
-            "auto", packs for gradients of 8 MB or more. An error for the other kinds (but 0
-            or None); ignored when ``auto`` picks a local strategy.
+            (:mod:`tfdistributed.strategies.packing`); 0: one all-reduce per step; None (the
+            default): "auto", packs for gradients of 8 MB or more. An error for the other kinds (but
+            0 or None); ignored when ``auto`` picks a local strategy.
         **kw: passed to the kind's constructor: ``cross_device_ops`` (mirrored),
             ``parameter_device`` (central_storage), ``communication_options``
             (multi_worker_mirrored), ``variable_partitioner`` (parameter_server), ``tpu``.

@@ -30,8 +30,8 @@ Needs root and ``ip``/``tc`` (Debian's iproute2); without them :meth:`HostBed.up
 CLI::
 
     python -m tfdistributed.testbeds.hostbed up 2 [RATE]   # prints the hosts; the bed stays up
-    python -m tfdistributed.testbeds.hostbed down PREFIX   # deletes that bed's namespaces (the prefix
-                                                  # `up` printed, e.g. tfdh-123-0-)
+    python -m tfdistributed.testbeds.hostbed down PREFIX   # deletes that bed's namespaces (the
+                                                           # prefix `up` printed, e.g. tfdh-123-0-)
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ def main(argv=None) -> int:
         check_can_build()
         delete_namespaces(args[1])
         return 0
-    print(f"usage: python -m tfdistributed.testbeds.hostbed up N [RATE] | down PREFIX (a bed's prefix, {PREFIX}...)",
-          file=sys.stderr)
+    print(f"usage: python -m tfdistributed.testbeds.hostbed up N [RATE] | down PREFIX "
+          f"(a bed's prefix, {PREFIX}...)", file=sys.stderr)
     return 2
 
 

@@ -16,13 +16,13 @@ job steps as the submitting user and needs root to do so).
 Several nodes
 -------------
 A job across hosts cannot be seen on one node: tasks must find each other at their nodes'
-addresses. ``LocalSlurm(hosts=bed.hosts)`` (the network namespaces of :mod:`tfdistributed.testbeds.hostbed`,
-or any objects with a namespace ``name`` under ``/run/netns`` and an ``address``) makes node
-``h<i>`` of host ``i``, with ``NodeAddr`` the host's address and its own slurmd in that
-namespace, started with ``nsenter --net`` (``ip netns exec`` remounts ``/sys``, where slurmd
-looks for cgroups). slurmctld runs in the first host's namespace, so every address SLURM uses is
-inside the bed; client commands must run there too: :attr:`LocalSlurm.prefix` is the command
-prefix that does, and :meth:`LocalSlurm.run` uses it::
+addresses. ``LocalSlurm(hosts=bed.hosts)`` (the network namespaces of
+:mod:`tfdistributed.testbeds.hostbed`, or any objects with a namespace ``name`` under ``/run/netns``
+and an ``address``) makes node ``h<i>`` of host ``i``, with ``NodeAddr`` the host's address and its
+own slurmd in that namespace, started with ``nsenter --net`` (``ip netns exec`` remounts ``/sys``,
+where slurmd looks for cgroups). slurmctld runs in the first host's namespace, so every address
+SLURM uses is inside the bed; client commands must run there too: :attr:`LocalSlurm.prefix` is the
+command prefix that does, and :meth:`LocalSlurm.run` uses it::
 
     with HostBed(2) as bed, LocalSlurm(hosts=bed.hosts) as slurm:
         subprocess.run([*slurm.prefix, "srun", "-N2", "hostname"], env=slurm.env())

@@ -161,9 +161,10 @@ def load_model(path, strategy=None, *, compile=True):
 
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise TrainingError(f"Model file {path!r} does not exist; save one first.",
-                            hints={"python": "E.g. tfdistributed.training.checkpoints.save_model(model, path).",
-                                   "r": "E.g. save_model_distributed(model, path)."})
+        raise TrainingError(
+            f"Model file {path!r} does not exist; save one first.",
+            hints={"python": "E.g. tfdistributed.training.checkpoints.save_model(model, path).",
+                   "r": "E.g. save_model_distributed(model, path)."})
     if strategy is None:
         return keras.models.load_model(path, compile=compile)
     with strategy.scope():
@@ -438,7 +439,7 @@ def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
         ``(epoch, step)``.
 
     Example:
-        >>> resume_point("/shared/backup", 22)    # backed up after step 5 of epoch 2  # doctest: +SKIP
+        >>> resume_point("/shared/backup", 22)  # backup after step 5 of epoch 2  # doctest: +SKIP
         (1, 5)
     """
     path = os.path.join(os.fspath(backup_dir), "training_metadata.json")
@@ -517,7 +518,8 @@ def safe_callbacks(callbacks):
         when training ends (only off the chief, when some callback was moved).
 
     Example:
-        >>> model.fit(ds, callbacks=safe_callbacks([keras.callbacks.CSVLogger("log.csv")]))  # doctest: +SKIP
+        >>> model.fit(ds, callbacks=safe_callbacks(
+        ...     [keras.callbacks.CSVLogger("log.csv")]))  # doctest: +SKIP
     """
     import keras
 

@@ -1,17 +1,18 @@
 """Keras 3 x tf.distribute repairs, applied at their root, only where the defect is present.
 
 Every patch tfdistributed makes to Keras is a repair, declared once as a
-:class:`~tfdistributed.training.repairs.Repair` record (name, the defect and why the repair fixes it,
-the issues filed upstream, how the defect is detected, how it is applied, and the repairs it
-requires): the package :mod:`tfdistributed.training.repairs` holds them, one module each, in the order
-they are applied, and this module applies, reports (:func:`status`) and switches them off.
+:class:`~tfdistributed.training.repairs.Repair` record (name, the defect and why the repair fixes
+it, the issues filed upstream, how the defect is detected, how it is applied, and the repairs it
+requires): the package :mod:`tfdistributed.training.repairs` holds them, one module each, in the
+order they are applied, and this module applies, reports (:func:`status`) and switches them off.
 
 They are installed as soon as Keras is imported in a process that has imported tfdistributed
 (:func:`install`, run by ``import tfdistributed``; the R package runs it when Python starts), so
 plain ``model.fit`` under a strategy the user built with ``tf.distribute`` directly is repaired
 too, not only :func:`tfdistributed.fit`. The layers above may hand :func:`install` repairs of
 their own, applied after these and reported and switched off the same way: training's routing
-of ``model.fit``/``evaluate``/``predict`` (``strategy_aware_fit``, :mod:`tfdistributed.training.routing`).
+of ``model.fit``/``evaluate``/``predict`` (``strategy_aware_fit``,
+:mod:`tfdistributed.training.routing`).
 
 Each repair is gated on the Keras major version and on the defective code still being in the
 installed Keras or TensorFlow (read with ``inspect``), so an upstream fix turns our patch off by

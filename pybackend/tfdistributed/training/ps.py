@@ -113,8 +113,9 @@ def partitioner(kind="min_size", *, num_shards=None, min_shard_bytes=256 << 10,
             max_shards=as_int(max_shards, "max_shards", minimum=1, allow_none=True))
     if kind == "fixed":
         return partitioners.FixedShardsPartitioner(as_int(num_shards, "num_shards", minimum=1))
-    raise ArgumentTypeError(f"Unknown partitioner kind {kind!r}; use one of {', '.join(PARTITIONERS)} "
-                            f"(e.g. partitioner('min_size', max_shards=<number of ps tasks>)).")
+    raise ArgumentTypeError(f"Unknown partitioner kind {kind!r}; use one of "
+                            f"{', '.join(PARTITIONERS)} (e.g. partitioner('min_size', "
+                            f"max_shards=<number of ps tasks>)).")
 
 
 def _num_workers(strategy) -> int:
@@ -234,8 +235,8 @@ def _step_fn(model):
     Keras 3's ``train_step`` cannot train a variable split by a partitioner: the gradient tape
     asks the Keras variable for one ``handle``, which a ``ShardedVariable`` does not have. The
     partitioned step takes gradients with respect to the shards, joins each variable's shards
-    into one gradient, and lets the optimizer (see :func:`tfdistributed.training.compat.update_shards_directly`) split the
-    update again.
+    into one gradient, and lets the optimizer (see
+    :func:`tfdistributed.training.compat.update_shards_directly`) split the update again.
     """
     import keras
     import tensorflow as tf
@@ -392,7 +393,8 @@ def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_ep
     manager = None
     if fit_kwargs.get("checkpoint_dir") is not None:
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-        manager = tf.train.CheckpointManager(checkpoint, fit_kwargs["checkpoint_dir"], max_to_keep=3)
+        manager = tf.train.CheckpointManager(checkpoint, fit_kwargs["checkpoint_dir"],
+                                             max_to_keep=3)
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint)
             # The checkpoint's number is the count of epochs it had completed.

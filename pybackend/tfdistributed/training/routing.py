@@ -5,8 +5,8 @@ cannot.
 (keras-team/keras#18624) nor of multi-worker file writes. Under a ``ParameterServerStrategy``
 they go to tfdistributed's coordinator trainer (:func:`tfdistributed.training.fit_from_keras`
 and its siblings); in a multi-worker job the callbacks that write files are made chief-only
-(:func:`tfdistributed.training.checkpoints.safe_callbacks`). Under every strategy, what Keras would fail
-on deep inside (``batch_size=64.0``: a TensorFlow op error; a list of numbers as data:
+(:func:`tfdistributed.training.checkpoints.safe_callbacks`). Under every strategy, what Keras would
+fail on deep inside (``batch_size=64.0``: a TensorFlow op error; a list of numbers as data:
 "Unrecognized data type" and a page of them) is refused first with a message naming the
 argument (:func:`tfdistributed._args.check_keras_call`), and a dataset over an R generator,
 which would hang on R's main thread, is refused at once. In a multi-worker job a dataset (the

@@ -4,8 +4,8 @@
 model was built and compiled under the strategy's scope, decides what the input is with the
 input plan of :mod:`tfdistributed.data` (arrays become a ``tf.data`` pipeline with the global
 batch size and the ``"data"`` shard policy; a dataset is checked to shard over the workers
-*before* training), applies the Keras 3 repairs (:mod:`tfdistributed.training.compat`), and runs Keras
-``fit`` inside the scope. Parameter-server strategies go, with the same plan, to the
+*before* training), applies the Keras 3 repairs (:mod:`tfdistributed.training.compat`), and runs
+Keras ``fit`` inside the scope. Parameter-server strategies go, with the same plan, to the
 coordinator-based trainer in :mod:`tfdistributed.training.ps`, so user code is the same for every
 strategy. What the strategy is (kind, replicas, input workers) is worked out once per call.
 """
@@ -70,12 +70,12 @@ def _check_model(model, strategy, what: str):
         value = getattr(variable, "value", variable)
         if kind != "default" and not strategy.extended.variable_created_in_scope(value):
             raise TrainingError(
-                f"The model's weights were created outside the {kind!r} strategy's scope (the model "
-                f"was built before entering it). Create *and build* the model inside "
+                f"The model's weights were created outside the {kind!r} strategy's scope (the "
+                f"model was built before entering it). Create *and build* the model inside "
                 f"`strategy.scope()`.")
     if not getattr(model, "compiled", False):
-        raise TrainingError(f"The model is not compiled: call model.compile(optimizer=..., loss=...) "
-                            f"inside the strategy's scope before {what}().")
+        raise TrainingError(f"The model is not compiled: call model.compile(optimizer=..., "
+                            f"loss=...) inside the strategy's scope before {what}().")
     return strategy, placement
 
 
@@ -121,9 +121,10 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             arrays, not the one Keras' own ``model.fit(x, y, shuffle=True)`` draws: the same
             seed gives other batches than plain ``model.fit``.)
         shard_policy: how a multi-worker job splits a dataset ("data" for arrays); datasets go
-            through the shard pre-flight first (:func:`~tfdistributed.data.sharding.shard_for_workers`:
-            under "auto", fewer files than workers means sharding by data, announced once; a
-            policy that cannot work is a ShardingError), ``check_shards=False`` skips it.
+            through the shard pre-flight first
+            (:func:`~tfdistributed.data.sharding.shard_for_workers`: under "auto", fewer files than
+            workers means sharding by data, announced once; a policy that cannot work is a
+            ShardingError), ``check_shards=False`` skips it.
         callbacks: Keras callbacks. Those that write files (``ModelCheckpoint``,
             ``BackupAndRestore``, ``TensorBoard``, ``CSVLogger``) are made multi-worker safe:
             only the chief writes to their paths.

@@ -74,7 +74,8 @@ def check_timeout(timeout) -> float:
     try:
         timeout = float(timeout)
     except (TypeError, ValueError):
-        raise ArgumentTypeError(f"`timeout` must be a number of seconds, got {timeout!r}.") from None
+        raise ArgumentTypeError(
+            f"`timeout` must be a number of seconds, got {timeout!r}.") from None
     if not timeout > 0:
         raise ArgumentTypeError(f"`timeout` must be a positive number of seconds, got {timeout}.")
     return timeout
@@ -155,8 +156,8 @@ def check_hosts(hosts) -> dict:
     if hosts is None:
         return {}
     if not isinstance(hosts, dict) or not all(
-            isinstance(h, str) and isinstance(p, (list, tuple)) and all(isinstance(a, str) for a in p)
-            for h, p in hosts.items()):
+            isinstance(h, str) and isinstance(p, (list, tuple))
+            and all(isinstance(a, str) for a in p) for h, p in hosts.items()):
         raise ArgumentTypeError(
             f"`hosts` must map each host of the cluster to the command prefix that starts a "
             f"process there, e.g. {{'10.77.0.2': ['ip', 'netns', 'exec', 'ns0']}}; got {hosts!r}.")

@@ -86,7 +86,8 @@ class LocalJob:
 
     def _read(self, task: _Process) -> None:
         for raw in iter(task.proc.stdout.readline, b""):
-            shown = self.relay.keep(task.name, raw.decode(errors="replace").rstrip("\n"), task.lines)
+            shown = self.relay.keep(task.name, raw.decode(errors="replace").rstrip("\n"),
+                                    task.lines)
             if shown is not None:
                 self.lines.put(shown)
         task.ended_at = time.monotonic()
@@ -377,7 +378,8 @@ class LocalLauncher:
                    if r in roles and host_of(self.cluster.address(r, i)) in places)
 
     def probe(self, places, active) -> dict:
-        """``{host: None if it answers, else why}`` (:mod:`tfdistributed.engines.elastic.probes`)."""
+        """``{host: None if it answers, else why}``
+        (:mod:`tfdistributed.engines.elastic.probes`)."""
         addresses = {host_of(self.cluster.address(r, i)): self.cluster.address(r, i)
                      for r, i in self.cluster.tasks()
                      if host_of(self.cluster.address(r, i)) in set(places) | set(active)}

@@ -100,8 +100,8 @@ def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, 
         task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
                           job_name=job_name, partition=partition, requeue=False,
-                          preemption_notice=None,
-                          time_limit=timeout / 60 + 1, sbatch_args=[f"--chdir={base}", *sbatch_args],
+                          preemption_notice=None, time_limit=timeout / 60 + 1,
+                          sbatch_args=[f"--chdir={base}", *sbatch_args],
                           srun_args=srun_args, python=python, rscript=rscript, argv=argv)
     script_path = os.path.join(jobdir, "job.sh")
     with open(script_path, "w") as f:
@@ -138,8 +138,9 @@ class SlurmJob:
         """Submit the job with sbatch."""
         done = _slurm(["sbatch", "--parsable", self.script_path])
         if done.returncode != 0:
-            raise LaunchError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}. "
-                              f"The script is {self.script_path}.")
+            raise LaunchError(
+                f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}. "
+                f"The script is {self.script_path}.")
         self.job_id = done.stdout.strip().split(";")[0]
         if self.on_output is not None:
             self.on_output(f"[launch] submitted SLURM job {self.job_id} ({len(self.roles)} tasks)")
@@ -187,7 +188,8 @@ class SlurmJob:
             rcs = self.codes()
             if any(rc not in (None, 0) for rc in rcs):
                 self._fail()
-            primaries = [rc for (r, _), rc in zip(self.roles, rcs) if not self.ps_mode or r == "chief"]
+            primaries = [rc for (r, _), rc in zip(self.roles, rcs)
+                         if not self.ps_mode or r == "chief"]
             if all(rc == 0 for rc in primaries):
                 if all(rc is not None for rc in rcs) or not _job_state(self.job_id)[0]:
                     break
@@ -359,7 +361,8 @@ def launch_slurm(target, workers=2, ps=0, chief=False, **options) -> LaunchResul
     """Run ``target`` as a SLURM job; returns a :class:`~tfdistributed.engines.base.LaunchResult`.
 
     Also reached as ``launch(target, workers=N, backend="slurm", ...)``. The job runs the
-    script of :func:`tfdistributed.engines.slurm.slurm_script` (``.py``, ``.R`` or a Python function, as :func:`launch`).
+    script of :func:`tfdistributed.engines.slurm.slurm_script` (``.py``, ``.R`` or a Python
+    function, as :func:`launch`).
 
     Args:
         timeout: seconds from submission until the job is cancelled (queue time included,

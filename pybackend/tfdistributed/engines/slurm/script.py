@@ -2,8 +2,8 @@
 submits, and what a user can print, keep or submit by hand.
 
 A module of its own, below the engine (:mod:`tfdistributed.engines.slurm.launcher`), so that
-:mod:`tfdistributed.engines.slurm` can offer it without importing the engine. Every task of the job runs
-``python -m tfdistributed.engines.slurm.task``, which builds its TF_CONFIG with
+:mod:`tfdistributed.engines.slurm` can offer it without importing the engine. Every task of the job
+runs ``python -m tfdistributed.engines.slurm.task``, which builds its TF_CONFIG with
 :mod:`tfdistributed.cluster.from_slurm`.
 """
 
@@ -27,8 +27,8 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
                  preemption_notice=120, requeue=True) -> str:
     """The ``sbatch`` script that runs ``target`` as a SLURM job (to print, keep or submit).
 
-    Every task runs the target through ``python -m tfdistributed.engines.slurm.task``, which sets its
-    TF_CONFIG from SLURM's environment (see the module docstring), writes its exit code, and in
+    Every task runs the target through ``python -m tfdistributed.engines.slurm.task``, which sets
+    its TF_CONFIG from SLURM's environment (see the module docstring), writes its exit code, and in
     parameter-server jobs runs the ``worker``/``ps`` servers until the chief is done. Each task's
     output goes to ``DIRECTORY/task-N.out``.
 

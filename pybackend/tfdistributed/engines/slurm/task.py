@@ -1,7 +1,7 @@
 """One task of a job written by :func:`tfdistributed.engines.slurm.slurm_script` (run by ``srun``).
 
-It reads SLURM's environment with :mod:`tfdistributed.cluster.from_slurm` only: a task never loads the
-``sbatch`` engine that submitted it.
+It reads SLURM's environment with :mod:`tfdistributed.cluster.from_slurm` only: a task never loads
+the ``sbatch`` engine that submitted it.
 
 
 ``python -m tfdistributed.engines.slurm.task JOBDIR -- ARGV...``: sets TF_CONFIG from SLURM's

@@ -5,14 +5,14 @@ repair does instead, ``detect(trainer)`` finds the defective code in the install
 TensorFlow (read with ``inspect``, so an upstream fix turns the repair off by itself), and
 ``apply(trainer)`` patches it; the module's ``REPAIR`` (a :class:`~.common.Repair`) declares
 them together with the issues filed upstream and the repairs it builds on (``requires``) or
-must wrap (``after``). :data:`ALL` lists them in order; :mod:`tfdistributed.training.compat` applies,
-reports and switches them off. ``common`` holds the record and the helpers several share.
+must wrap (``after``). :data:`ALL` lists them in order; :mod:`tfdistributed.training.compat`
+applies, reports and switches them off. ``common`` holds the record and the helpers several share.
 
 The order is checked (:func:`~.common.check_order`): ``compile_under_model_strategy`` compiles
-under the strategy ``model_strategy_from_weights`` reads from the weights, ``clip_after_all_reduce`` wraps the
-all-reduce ``uneven_batches`` weights, ``logs_with_gradients`` needs both ``uneven_batches``
-(whose all-reduce carries the logs) and ``reduce_per_replica`` (which then skips them), and
-``assign_without_read`` wraps the assignment ``central_storage_metric_assign`` patches.
+under the strategy ``model_strategy_from_weights`` reads from the weights, ``clip_after_all_reduce``
+wraps the all-reduce ``uneven_batches`` weights, ``logs_with_gradients`` needs both
+``uneven_batches`` (whose all-reduce carries the logs) and ``reduce_per_replica`` (which then skips
+them), and ``assign_without_read`` wraps the assignment ``central_storage_metric_assign`` patches.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ overrides either keeps Keras' order), and a metric that reads the model's weight
 see them before the step's update.
 
 Requires ``uneven_batches`` (whose all-reduce carries the logs,
-:func:`~tfdistributed.training.repairs.uneven_batches.carried_in_all_reduce`) and ``reduce_per_replica``
-(which then skips them, :func:`~tfdistributed.training.repairs.reduce_per_replica.mark_reduced`); it
-wraps the train step ``uneven_batches`` patched.
+:func:`~tfdistributed.training.repairs.uneven_batches.carried_in_all_reduce`) and
+``reduce_per_replica`` (which then skips them,
+:func:`~tfdistributed.training.repairs.reduce_per_replica.mark_reduced`); it wraps the train step
+``uneven_batches`` patched.
 """
 
 from __future__ import annotations

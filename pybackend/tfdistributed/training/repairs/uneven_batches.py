@@ -8,11 +8,11 @@ measured on the digits model, 2 workers ended epoch 2 with loss 0.354 where one 
 0.364. Each replica's gradients are weighted by its share of the examples here, inside the
 same all-reduce (the example counts travel with the gradients, no extra round trip), so the
 update is the global mean's whatever the split; with even shares the weight is 1.
-Under a strategy marked for gradient compression (:mod:`tfdistributed.strategies.compression`) this is
-where the gradients go to 16 bits: the counts and carried values then travel in a small 32-bit
+Under a strategy marked for gradient compression (:mod:`tfdistributed.strategies.compression`) this
+is where the gradients go to 16 bits: the counts and carried values then travel in a small 32-bit
 all-reduce of their own, before the gradients'. The gradients' all-reduce is packed
-(:func:`tfdistributed.strategies.packing.gradient_options`: the strategy's ``bytes_per_pack``, else packs
-for a big gradient), which TensorFlow alone never does for a replica's all-reduce.
+(:func:`tfdistributed.strategies.packing.gradient_options`: the strategy's ``bytes_per_pack``, else
+packs for a big gradient), which TensorFlow alone never does for a replica's all-reduce.
 Under a strategy marked for PowerSGD (:mod:`tfdistributed.strategies.lowrank`) the gradients
 go low-rank here instead, weighted the same way; its state (``Q`` matrices, error buffers) is
 made when the optimizer is built and saved with it, so backups hold it.
@@ -185,9 +185,10 @@ def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
 
 
 def _compressed_all_reduce(context, pairs, grads, size, kind, options):
-    """The gradients in 16 bits (:func:`tfdistributed.strategies.compression.compressed_all_reduce`),
-    weighted by the replicas' example counts (even shares where the count is unknown: a custom
-    train step), the carried float32 values exact in its first, 32-bit, all-reduce."""
+    """The gradients in 16 bits
+    (:func:`tfdistributed.strategies.compression.compressed_all_reduce`), weighted by the
+    replicas' example counts (even shares where the count is unknown: a custom train step), the
+    carried float32 values exact in its first, 32-bit, all-reduce."""
     import tensorflow as tf
 
     local = tf.constant(1.0) if size is None else tf.cast(size, tf.float32)
