@@ -18,23 +18,29 @@ TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: setup demo test check docs bench clean
+.PHONY: setup lint demo test check docs bench clean
 
 setup:
 	@bash scripts/setup.sh
+
+# The linter: ruff over the package as pyproject.toml's [tool.ruff] says (pyflakes, lines over
+# 100 characters), under a second. make check and make test run it first and stop on a finding
+# (make test too: it is what CI runs, .ci/run).
+lint: setup
+	@$(ROOT)/.venv/bin/ruff check
 
 # Both keep their whole output in .logs/ and show it without TensorFlow's C++ start-up lines.
 demo: setup
 	@$(PY) scripts/quiet.py .logs/demo.log -- $(PY) -m tfdistributed.demo
 
-test: setup
+test: lint
 	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 --cpu-log=.logs/test-cpu.jsonl $(PYTEST_ARGS)
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
 # suite or build (pytest markers `cluster` and `slow`): 745 tests, 1 min 48 s of pytest on this
 # 2-core machine, 2026-11-26. `make test` stays the full suite (1,243 tests, 23-25 min, and the
 # CPU seconds per test folder at its end: see vignettes/articles/development.Rmd).
-check: setup
+check: lint
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)
 
 # The documentation site (pkgdown for R, pdoc for Python) into site/: the tutorials run real
@@ -49,4 +55,4 @@ bench:
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf .venv .rlib .rlib-keras3 .setup site .site-build .pytest_cache .logs
+	rm -rf .venv .rlib .rlib-keras3 .setup site .site-build .pytest_cache .ruff_cache .logs
