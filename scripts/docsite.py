@@ -55,11 +55,11 @@ def article_names(pkg: Path) -> list[str]:
 
 def r_env(keras3: bool = False) -> dict:
     """The environment of the R processes that build the site. With ``keras3``, keras3's library
-    (.rlib-keras3, made by scripts/setup.sh) comes first: the tutorials are written with keras3,
-    as R users write Keras, and the jobs they launch inherit it. The rest of the site (the help
-    pages' examples) runs without it: with keras3 installed, tfdistributed's `keras` is keras3's,
-    the plain Python module, and those examples call tfdistributed's own `keras` with R values,
-    as users without keras3 do."""
+    (.rlib-keras3, made by scripts/setup.sh) comes first: the tutorials and the home page's quick
+    start are written with keras3, as R users write Keras, and the jobs the tutorials launch
+    inherit it. The help pages' examples run without it: with keras3 installed, tfdistributed's
+    `keras` is keras3's, the plain Python module, and those examples call tfdistributed's own
+    `keras` with R values, as users without keras3 do."""
     env = dict(os.environ)
     env.setdefault("R_LIBS", str(ROOT / ".rlib"))
     if keras3:
@@ -168,9 +168,12 @@ def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
     return failures
 
 
+REFERENCE = "pkgdown::build_reference(pkg, examples = TRUE, devel = FALSE, preview = FALSE)\n"
+# With keras3 installed: the home page's R quick start is keras3 code, and downlit, linking a
+# package's functions to their help, asks CRAN about a package it cannot find (a warning here,
+# where CRAN cannot be reached). The search index is built last, over every page.
 FINISH = """
 pkgdown::build_home(pkg, preview = FALSE)
-pkgdown::build_reference(pkg, examples = TRUE, devel = FALSE, preview = FALSE)
 pkgdown::build_articles_index(pkg)
 pkgdown::build_news(pkg, preview = FALSE)
 pkgdown::build_search(pkg)
@@ -199,9 +202,11 @@ def relative_links(dest: Path, url: str) -> None:
 
 
 def finish(pkg: Path, dest: Path) -> None:
-    """Everything but the articles: home, R reference (its examples run), articles index,
-    changelog, search index; then the Python API reference."""
-    rscript(_pkg_expr(pkg, dest) + FINISH, "pkgdown (home, reference, news, search)")
+    """Everything but the articles: the R reference (its examples run, without keras3: see
+    :func:`r_env`), then home, articles index, changelog and search index (with keras3), then
+    the Python API reference."""
+    rscript(_pkg_expr(pkg, dest) + REFERENCE, "pkgdown (reference)")
+    rscript(_pkg_expr(pkg, dest) + FINISH, "pkgdown (home, news, search)", keras3=True)
     python_api(dest)
     relative_links(dest, site_url(pkg))
 
