@@ -89,7 +89,7 @@ def main(argv=None):
     result = tfd.launch(__file__, workers=2, args=["--worker", "--bytes", str(ns.bytes),
                                                    "--steps", str(ns.steps), "--matmul",
                                                    str(ns.matmul)],
-                        timeout=300, echo=False, prepare_task=pin_tasks())
+                        timeout=300, echo=False, engine=tfd.engines.Local(prepare_task=pin_tasks()))
     for task in result.tasks:
         line = next(l for l in task.output if l.startswith("FLOOR "))
         values = json.loads(line[len("FLOOR "):])

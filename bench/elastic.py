@@ -10,7 +10,8 @@ real job's pace, so that a host that comes back finds the job training). Each ta
 step it trains (``time.time()``: one machine, one clock); a step counts as trained when every
 worker of the attempt has trained it.
 
-- plain restart: worker 2 SIGKILLs itself after step 20 (its host stays); ``max_restarts=1``.
+- plain restart: worker 2 SIGKILLs itself after step 20 (its host stays);
+  ``Restarts(max_restarts=1)``.
   Kill to training again = from the kill to the first step trained on attempt 1.
 - host lost: worker 2 takes its host's link down and dies after step 20; ``min_workers=2``,
   ``join_timeout`` (the grace a host has to answer) 10 s. Loss to training again, on 2 workers,
@@ -130,14 +131,16 @@ def one_job(bed, cfg: dict, mode: str) -> tuple:
                                    daemon=True) if mode == "host" else None
         if watcher:
             watcher.start()
-        options = (dict(min_workers=2, join_timeout=cfg["grace"]) if mode == "host"
-                   else dict(max_restarts=1))
+        restarts = (tfd.Restarts(min_workers=2, join_timeout=cfg["grace"]) if mode == "host"
+                    else tfd.Restarts(max_restarts=1))
         try:
-            tfd.launch(__file__, cluster=bed.cluster(3), hosts=bed.launch_hosts(),
+            tfd.launch(__file__, cluster=bed.cluster(3),
+                       engine=tfd.engines.Local(hosts=bed.launch_hosts()),
                        timeout=cfg["timeout"], env=base_env(), echo=False, cwd=ROOT,
                        args=["--worker", "--mode", mode, "--stamps", str(stamps), "--backup",
                              str(Path(tmp, "backup")), "--lose-at", str(cfg["lose_at"]),
-                             "--epochs", str(cfg["epochs"])], **options)
+                             "--epochs", str(cfg["epochs"])],
+                       restarts=restarts)
         except tfd.TFDistributedError as e:
             raise RunFailed(str(e).splitlines()[0]) from None
         finally:

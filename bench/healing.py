@@ -3,8 +3,8 @@
     .venv/bin/python bench/healing.py            # ~6 min, writes bench/results-healing.{md,json}
     .venv/bin/python bench/healing.py --quick    # smoke test (~1 min), results-healing-quick.*
 
-Why: ``fit(backup_dir=, save_freq=)`` plus ``launch(max_restarts=)`` is how a job survives a lost
-machine. Its price is paid twice: a little on every step (the backups) and once per failure (the
+Why: ``fit(backup_dir=, save_freq=)`` plus ``launch(restarts=Restarts(max_restarts=))`` is how a
+job survives a lost machine. Its price is paid twice: a little on every step (the backups) and once per failure (the
 restart). Both are measured here as ratios, so they read the same on a faster machine.
 
 How: every arm is a 2-worker job of the bench CNN (bench/workloads.py) on synthetic arrays,
@@ -13,12 +13,13 @@ How: every arm is a 2-worker job of the bench CNN (bench/workloads.py) on synthe
 - Cost of backups: the job without a ``backup_dir``, with ``save_freq=100`` and with
   ``save_freq=10``; the steady step rate (past epoch 1, which holds tracing and start-up) of the
   slower worker. Ratio: with backups / without, per round.
-- Kill to training again: ``launch(max_restarts=1)`` of the job with ``save_freq=10``, where worker
-  1 SIGKILLs itself after step ``stop_at`` on attempt 0. The tasks write ``time.time()`` stamps
-  (one machine, one clock): (a) start-up = from the ``launch()`` call to the first step trained
-  on attempt 0; (b) recovery = from the kill to the first step trained on attempt 1 (detecting
-  the death, stopping the survivor, new processes, imports, restoring the backup, tracing).
-  Ratio: b / a, per round. A step counts as trained when every worker has finished it.
+- Kill to training again: ``launch(restarts=Restarts(max_restarts=1))`` of the job with
+  ``save_freq=10``, where worker 1 SIGKILLs itself after step ``stop_at`` on attempt 0. The
+  tasks write ``time.time()`` stamps (one machine, one clock): (a) start-up = from the
+  ``launch()`` call to the first step trained on attempt 0; (b) recovery = from the kill to the
+  first step trained on attempt 1 (detecting the death, stopping the survivor, new processes,
+  imports, restoring the backup, tracing). Ratio: b / a, per round. A step counts as trained
+  when every worker has finished it.
 
 As in run.py, the arms alternate within each round and their order flips every round, each run is
 a fresh cluster with a timeout (``tfd.launch``'s), and a failed run is reported without stopping
@@ -135,7 +136,8 @@ def launch(args: list, cfg: dict, **options):
 
     try:
         return tfd.launch(__file__, workers=2, args=args, timeout=cfg["timeout"], env=base_env(),
-                          echo=False, cwd=ROOT, prepare_task=pin_tasks(), **options)
+                          echo=False, cwd=ROOT, engine=tfd.engines.Local(prepare_task=pin_tasks()),
+                          **options)
     except tfd.TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None
 
@@ -168,6 +170,8 @@ def run_kill(cfg: dict) -> dict:
     """Start-up (a) and kill-to-training-again (b) of one job killed at ``stop_at``."""
     from run import RunFailed
 
+    import tfdistributed as tfd
+
     with tempfile.TemporaryDirectory(prefix="tfd-heal-") as tmp:
         stamps, backup = Path(tmp, "stamps"), Path(tmp, "backup")
         stamps.mkdir()
@@ -175,7 +179,7 @@ def run_kill(cfg: dict) -> dict:
         result = launch(["--worker", "kill", "--stamps", str(stamps), "--backup", str(backup),
                          "--stop-at", str(cfg["stop_at"]), "--epochs", "2",
                          "--examples-per-replica", str(cfg["kill_examples_per_replica"])],
-                        cfg, max_restarts=1)
+                        cfg, restarts=tfd.Restarts(max_restarts=1))
         got = read_stamps(stamps)
     if result.restarts != 1:
         raise RunFailed(f"{result.restarts} restarts, expected 1")
@@ -284,7 +288,8 @@ def write_report(runs, cfg, quick, started, seconds, prefix: Path, command) -> s
           "epoch 1 to the end of the last (backups included, tracing and start-up not).", "",
           *cost, "",
           "## Kill to training again", "",
-          f"`launch(max_restarts=1)`, `fit(backup_dir=, save_freq={KILL_SAVE_FREQ})`, "
+          f"`launch(restarts=Restarts(max_restarts=1))`, "
+          f"`fit(backup_dir=, save_freq={KILL_SAVE_FREQ})`, "
           f"{cfg['kill_examples_per_replica'] // BATCH_PER_WORKER} steps per epoch; worker 1 "
           f"SIGKILLs itself after step {cfg['stop_at']} of attempt 0. Times are the tasks' "
           "`time.time()` stamps; a step counts when both workers finished it. (b) covers "

@@ -111,16 +111,17 @@ def run_link(link: str, cfg: dict) -> dict:
 
     args = ["--worker", "--epochs", str(cfg["epochs"]), "--examples-per-replica",
             str(cfg["examples_per_replica"]), "--allreduce-reps", str(cfg["allreduce_reps"])]
-    common = dict(args=args, timeout=cfg["timeout"], env=base_env(), echo=False, cwd=ROOT,
-                  prepare_task=pin_tasks())
+    common = dict(args=args, timeout=cfg["timeout"], env=base_env(), echo=False, cwd=ROOT)
     bed = None if link == "loopback" else HostBed(2, None if link == "uncapped" else link)
     try:
         if bed is None:
-            result = tfd.launch(__file__, workers=2, **common)
+            result = tfd.launch(__file__, workers=2,
+                                engine=tfd.engines.Local(prepare_task=pin_tasks()), **common)
         else:
             bed.up()
-            result = tfd.launch(__file__, cluster=bed.cluster(2), hosts=bed.launch_hosts(),
-                                **common)
+            result = tfd.launch(__file__, cluster=bed.cluster(2),
+                                engine=tfd.engines.Local(hosts=bed.launch_hosts(),
+                                                         prepare_task=pin_tasks()), **common)
     except tfd.TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None
     finally:

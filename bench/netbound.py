@@ -199,16 +199,17 @@ def launch_job(link: str, workers: int, args: list, timeout: float, cfg: dict) -
     from run import RunFailed, base_env, failure_reason, parse_results
     from tfdistributed.testbeds.hostbed import HostBed
 
-    common = dict(args=args, timeout=timeout, env=base_env(), echo=False, cwd=cfg["root"],
-                  prepare_task=pin_tasks())
+    common = dict(args=args, timeout=timeout, env=base_env(), echo=False, cwd=cfg["root"])
     bed = None if link == "loopback" else HostBed(workers, None if link == "uncapped" else link)
     try:
         if bed is None:
-            result = tfd.launch(cfg["script"], workers=workers, **common)
+            result = tfd.launch(cfg["script"], workers=workers,
+                                engine=tfd.engines.Local(prepare_task=pin_tasks()), **common)
         else:
             bed.up()
             result = tfd.launch(cfg["script"], cluster=bed.cluster(workers),
-                                hosts=bed.launch_hosts(), **common)
+                                engine=tfd.engines.Local(hosts=bed.launch_hosts(),
+                                                         prepare_task=pin_tasks()), **common)
     except tfd.TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None
     finally:

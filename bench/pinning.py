@@ -1,8 +1,9 @@
-"""CPU pinning of the benchmarks' local clusters, through launch()'s ``prepare_task`` hook.
+"""CPU pinning of the benchmarks' local clusters, through the local engine's ``prepare_task``
+hook.
 
 On a machine with few cores, tasks that float over every core measure the scheduler as much as
-TensorFlow. ``launch(..., prepare_task=pin_tasks())`` pins task i (in start order) to core
-``i % ncores`` and gives it one intra-op TensorFlow thread, so each task behaves like one
+TensorFlow. ``launch(..., engine=Local(prepare_task=pin_tasks()))`` pins task i (in start order)
+to core ``i % ncores`` and gives it one intra-op TensorFlow thread, so each task behaves like one
 machine with one core. Inter-op threads: 1 for collective jobs; 4 for every task of a
 parameter-server job, whose servers serve concurrent RPCs with blocking inter-op work - with a
 single inter-op thread (TensorFlow sizes the pool by the cores a process may use, i.e. 1 once
@@ -29,7 +30,8 @@ def pin_tasks(ncores: int | None = None):
 
     Example:
         >>> from tfdistributed import launch                                # doctest: +SKIP
-        >>> launch("bench/workloads.py", workers=2, args=["cnn"], prepare_task=pin_tasks())
+        >>> launch("bench/workloads.py", workers=2, args=["cnn"],
+        ...        engine=Local(prepare_task=pin_tasks()))
     """
     ncores = ncores or os.cpu_count() or 1
 

@@ -129,7 +129,7 @@ def run_cluster(args, *, timeout, workers, ps=0, chief=False, pin_cpus, env=None
     """Run workloads.py as a local cluster; the BENCH_RESULT of each task that printed one.
 
     ``pin_cpus``: task i on core i % ncores with one TensorFlow thread (pinning.py)."""
-    from tfdistributed import TFDistributedError, launch
+    from tfdistributed import TFDistributedError, engines, launch
 
     from pinning import pin_tasks
 
@@ -139,7 +139,7 @@ def run_cluster(args, *, timeout, workers, ps=0, chief=False, pin_cpus, env=None
     try:
         result = launch(str(WORKLOADS), workers=workers, ps=ps, chief=chief, args=args,
                         timeout=timeout, env=full_env, echo=False, cwd=ROOT,
-                        prepare_task=pin_tasks() if pin_cpus else None)
+                        engine=engines.Local(prepare_task=pin_tasks() if pin_cpus else None))
     except TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None
     found = [r for task in result.tasks for r in parse_results(task.output)]
@@ -529,7 +529,7 @@ Method: every run is a fresh process (or local cluster on 127.0.0.1); within eac
 run one after the other and their order flips every round (A B, B A, ...), so the machine's load
 drift hits both; "Ratio" is the median of the per-round ratios A/B. Throughputs are measured inside
 the training processes from the end of epoch 1 to the end of the last epoch (tracing and start-up
-excluded). Multi-worker jobs use `launch(..., prepare_task=pin_tasks())` (bench/pinning.py):
+excluded). Multi-worker jobs use `launch(..., engine=Local(prepare_task=pin_tasks()))` (bench/pinning.py):
 one core and one TensorFlow thread per worker; the single process of 4a/5 is pinned the same way (core 0, one thread), the
 mirrored process of 4b gets both cores, one thread per op and two inter-op threads. The
 parameter-server jobs (3) are pinned too (task i on core i % 2: 4 processes on 2 cores), with

@@ -7,7 +7,8 @@ Why: every launched job now counts its steps in a Keras callback (two clock read
 appends per step, on the training thread) and sends a record every 2 s from a heartbeat thread
 (tfdistributed.watch), which the launcher reads for the job's history, progress, stragglers and
 stalls. That must cost (next to) nothing: the target is within 2% of the steps/s of the same job
-with it all off (``TFDISTRIBUTED_WATCH=0``, ``launch(progress=False, stall_warning=None)``).
+with it all off (``TFDISTRIBUTED_WATCH=0``, ``launch(watch=Watch(progress=False,
+stall_warning=None))``).
 
 How: as bench/healing.py's cost arms: a 2-worker job of the bench CNN (bench/workloads.py) on
 synthetic arrays, 64 images per worker per step, workers pinned one per core; the steady step
@@ -59,9 +60,11 @@ def run_arm(arm: str, cfg: dict) -> dict:
     watched = arm == "watched"
     env = dict(base_env(), **({} if watched else {"TFDISTRIBUTED_WATCH": "0"}))
     try:
+        # Watched: the watch's own defaults; else no display and no stall warning.
+        watch = tfd.Watch() if watched else tfd.Watch(progress=False, stall_warning=None)
         result = tfd.launch(__file__, workers=2, timeout=cfg["timeout"], env=env, echo=False,
-                            cwd=ROOT, prepare_task=pin_tasks(),
-                            progress=watched, stall_warning=60 if watched else None,
+                            cwd=ROOT, engine=tfd.engines.Local(prepare_task=pin_tasks()),
+                            watch=watch,
                             args=["--worker", "--epochs", str(cfg["epochs"]),
                                   "--examples-per-replica", str(cfg["examples_per_replica"])])
     except tfd.TFDistributedError as e:

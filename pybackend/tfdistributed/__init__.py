@@ -18,7 +18,8 @@ modules and what it may import; ``tests/python/package/test_architecture.py`` ch
 - ``watch/``: the task-to-launcher channel: progress, history, stalls, stragglers;
 - ``training/``: fit/evaluate/predict under every strategy, plain ``model.fit`` routing, the
   Keras repairs, parameter-server training, custom loops, checkpoints;
-- ``engines/``: :func:`launch` and its engines (local, SLURM, Ray), the attempt loop;
+- ``engines/``: :func:`launch`, its options (``tfd.engines.Local``/``Slurm``/``Ray``,
+  :class:`Restarts`, :class:`Watch`) and its engines, the attempt loop;
 - ``r/``: what exists only for R (R values, R generators served from R's main thread);
 - ``testbeds/``: the host bed and a local SLURM cluster (tests, benchmarks, tutorials);
 - ``demo`` (``make demo``), ``__main__`` (``python -m tfdistributed launch ...``).
@@ -36,7 +37,7 @@ _runtime.prefer_pooled_cpu_allocator()
 
 # The subpackages, for their attributes (tfd.cluster.free_ports, R's tfd$r$values): left out of
 # __all__, which lists the public names (each subpackage's own __all__ lists its).
-from . import cluster, data, r, strategies, testbeds, training  # noqa: E402, F401
+from . import cluster, data, engines, r, strategies, testbeds, training  # noqa: E402, F401
 from ._args import KERAS_COUNT_ARGUMENTS  # noqa: E402
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec,  # noqa: E402
                       is_checkpoint_writer, is_chief, local_cluster, num_workers, read_tf_config,
@@ -53,6 +54,7 @@ from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, Host
 from .engines import slurm  # noqa: E402
 from .engines.launch import (PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch,  # noqa: E402
                              run_server)
+from .engines.options import Restarts, Watch  # noqa: E402
 from .engines.slurm import slurm_script, tf_config_from_slurm  # noqa: E402
 from .strategies import (STRATEGY_NAMES, PowerSGD, canonical_name,  # noqa: E402
                          configure_cpu_devices, gradient_compression, make_strategy, powersgd,
@@ -83,7 +85,7 @@ __all__ = [
     "ArgumentTypeError", "ClusterConfigError", "JoinTimeoutError", "LaunchError",
     "LaunchTimeoutError", "HostLostError", "GeneratorError", "PlacementError", "ShardingError",
     "ShardingWarning", "StrategyError", "TFDistributedError", "TrainingError",
-    "LaunchResult", "PowerSGD", "TaskResult",
+    "LaunchResult", "PowerSGD", "Restarts", "TaskResult", "Watch",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "gradient_compression", "set_gradient_compression",
     "set_bytes_per_pack", "evaluate", "fit", "global_batch_size",

@@ -1,6 +1,8 @@
 """Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief]
 [--max-restarts N] [--min-workers N] [--join-timeout S] [--backend local|slurm|ray]
-[--partition P] script [args]``."""
+[--partition P] script [args]``: the flags given make ``launch()``'s option objects
+(``--backend slurm --partition P``: ``engine=tfd.engines.Slurm(partition=P)``; ``--max-restarts
+N``: ``restarts=tfd.Restarts(max_restarts=N)``), the others keep their defaults."""
 
 from __future__ import annotations
 
@@ -37,23 +39,36 @@ def main(argv=None) -> int:
 
         call_function(ns.call_path, ns.result_path)
         return 0
-    from .engines.launch import DEFAULT_TIMEOUT, launch
+    from .engines.launch import launch
 
-    options = {"partition": ns.partition} if ns.partition else {}
-    if options and ns.backend != "slurm":
+    if ns.partition is not None and ns.backend != "slurm":
         parser.error("--partition applies to --backend slurm")
     try:
-        result = launch(ns.script, workers=ns.workers, ps=ns.ps, chief=ns.chief, args=ns.args,
-                        timeout=ns.timeout or DEFAULT_TIMEOUT, max_restarts=ns.max_restarts,
-                        backend=ns.backend, stall_warning=ns.stall_warning,
-                        stall_timeout=ns.stall_timeout, tensorboard=ns.tensorboard,
-                        progress=not ns.no_progress, min_workers=ns.min_workers,
-                        join_timeout=ns.join_timeout, **options)
+        result = launch(ns.script, chief=ns.chief, args=ns.args, **_options(ns))
     except TFDistributedError as e:
         print(f"tfdistributed: {e}", file=sys.stderr)
         return 1
     _report(result)
     return 0
+
+
+def _given(**values) -> dict:
+    """The flags given on the command line (argparse's None: not given, the default applies)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _options(ns) -> dict:
+    """``launch()``'s option objects from the flags: each made from the flags given only."""
+    from .engines.options import ENGINE_OPTIONS, Restarts, Watch
+
+    return dict(
+        **_given(workers=ns.workers, ps=ns.ps, timeout=ns.timeout),
+        engine=ENGINE_OPTIONS[ns.backend](**_given(partition=ns.partition)),
+        restarts=Restarts(**_given(max_restarts=ns.max_restarts, min_workers=ns.min_workers,
+                                   join_timeout=ns.join_timeout)),
+        watch=Watch(**_given(stall_warning=ns.stall_warning, stall_timeout=ns.stall_timeout,
+                             tensorboard=ns.tensorboard,
+                             progress=False if ns.no_progress else None)))
 
 
 def _report(result) -> None:
@@ -74,29 +89,39 @@ def _report(result) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    import inspect
+
+    from .cluster.join import DEFAULT_JOIN_TIMEOUT
+    from .engines.launch import launch
+    from .engines.options import DEFAULT_TIMEOUT, Restarts, Watch
+
     parser = argparse.ArgumentParser(prog="python -m tfdistributed",
                                      description="Distributed TensorFlow/Keras training tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("launch", help="run a .py or .R script as a cluster: local processes on "
                                       "127.0.0.1, a SLURM job, or Ray actors")
-    p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
-    p.add_argument("--ps", type=int, default=0, help="parameter-server tasks (needs --chief)")
+    shape = inspect.signature(launch).parameters
+    p.add_argument("--workers", type=int, default=None,
+                   help=f"worker tasks (default {shape['workers'].default})")
+    p.add_argument("--ps", type=int, default=None, help="parameter-server tasks (needs --chief)")
     p.add_argument("--chief", action="store_true", help="add a chief task")
     p.add_argument("--timeout", type=float, default=None,
-                   help="seconds before every task is stopped")
-    p.add_argument("--max-restarts", type=int, default=0,
-                   help="restart the whole job up to N times after a failure (default 0)")
+                   help=f"seconds before every task is stopped (default {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--max-restarts", type=int, default=None,
+                   help=f"restart the whole job up to N times after a failure (default "
+                        f"{Restarts.max_restarts})")
     p.add_argument("--min-workers", type=int, default=None,
                    help="go on with at least N workers when nodes are gone for good, and grow "
                         "back when they return (--backend slurm or ray)")
     p.add_argument("--join-timeout", type=float, default=None,
-                   help="seconds a task waits for the others to join (default 300); also how "
-                        "long a lost node may take to answer")
+                   help=f"seconds a task waits for the others to join (default "
+                        f"{DEFAULT_JOIN_TIMEOUT:g}); also how long a lost node may take to answer")
     p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
                    help="where the tasks run (default: local processes on 127.0.0.1)")
     p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
-    p.add_argument("--stall-warning", type=float, default=60.0,
-                   help="seconds without a step before the stalled task is named (default 60)")
+    p.add_argument("--stall-warning", type=float, default=None,
+                   help=f"seconds without a step before the stalled task is named (default "
+                        f"{Watch.stall_warning:g})")
     p.add_argument("--stall-timeout", type=float, default=None,
                    help="seconds without a step after which the job ends (to be restarted)")
     p.add_argument("--tensorboard", default=None, help="a directory for the job's curves")

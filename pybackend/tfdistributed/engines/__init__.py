@@ -3,29 +3,37 @@
 =============  ==========================================================================
 module         what it holds
 =============  ==========================================================================
-``launch``     :func:`~.launch.launch` (picks the engine by name, plans the job, watches
-               it) and :func:`~.launch.run_server` (a parameter-server task's server)
+``launch``     :func:`~.launch.launch` (checks what it is given into a plan, makes the
+               plan's engine, watches the job) and :func:`~.launch.run_server` (a
+               parameter-server task's server)
+``options``    what ``launch()`` is given besides the target and the cluster's shape, as
+               objects: the engines (:class:`Local`, :class:`Slurm`, :class:`Ray`),
+               :class:`~.options.Restarts`, :class:`~.options.Watch`; and
+               :class:`~.options.JobPlan`, the whole call checked, from which every engine's
+               launcher is made
+``deprecated`` ``launch()``'s keyword arguments of before the option objects, folded into
+               them for one release, with a warning
 ``base``       the protocol (:class:`~.base.Launcher` makes one :class:`~.base.Job` per
                attempt: ``start()``, ``wait(deadline)``, ``results()``, ``stop()``), the
                result types, how a target is run
 ``restarts``   the one attempt loop that drives any engine (:func:`~.restarts.run`) and
-               the restart policy (``max_restarts=``)
+               the restart policy (``Restarts(max_restarts=)``)
 ``output``     what is done with the lines the tasks print, the same on every engine
-``local/``     processes on this machine, or on hosts the caller names (``backend="local"``)
-``slurm/``     SLURM: the ``sbatch`` engine (``backend="slurm"``), its batch script, the
+``local/``     processes on this machine, or on hosts the caller names (:class:`Local`)
+``slurm/``     SLURM: the ``sbatch`` engine (:class:`Slurm`), its batch script, the
                task-side wrapper ``srun`` starts; the public names of SLURM
-``ray/``       Ray actors (``backend="ray"``)
+``ray/``       Ray actors (:class:`Ray`)
 ``elastic/``   hosts that come and go: which places each attempt runs on, a job that
                shrinks when a host is gone for good (``min_workers``) and grows when it is
                back, every engine alike
-``warm/``      warm starts for the local engine (``warm_start=True``): Python tasks forked
+``warm/``      warm starts for the local engine (``Local(warm_start=True)``): tasks forked
                from a server that imported TensorFlow once, instead of importing it each
 =============  ==========================================================================
 
-:data:`ENGINES` maps each backend name to its engine. An engine's module is imported only when
-that backend is asked for (:func:`engine`): a process that builds a strategy, or a SLURM task
-reading its environment (:mod:`tfdistributed.cluster.from_slurm`), never loads the ``sbatch``
-engine.
+:data:`ENGINES` maps each engine's name to its launcher. A launcher's module is imported only
+when a job runs on it (:func:`engine`), the option objects being plain values: a process that
+builds a strategy, or a SLURM task reading its environment
+(:mod:`tfdistributed.cluster.from_slurm`), never loads the ``sbatch`` engine.
 
 Layer: the top (beside ``r``). Imports ``cluster``, ``strategies.runtime`` (settings a task
 needs before TensorFlow starts) and ``watch`` (the launcher's side of the task-to-launcher
@@ -37,18 +45,23 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ArgumentTypeError, did_you_mean
+from .deprecated import regroup
+from .options import Engine, JobPlan, Local, Ray, Slurm
 
-#: backend name -> (module of this package, its launcher class).
+__all__ = ["ENGINES", "Engine", "JobPlan", "Local", "Ray", "Slurm", "engine", "regroup"]
+
+#: engine name (``Local.name``...) -> (module of this package, its launcher class).
 ENGINES = {"local": ("local.supervisor", "LocalLauncher"),
            "slurm": ("slurm.launcher", "SlurmLauncher"),
            "ray": ("ray.launcher", "RayLauncher")}
 
 
 def engine(backend) -> type:
-    """The launcher class of ``backend`` (``"local"``, ``"slurm"`` or ``"ray"``).
+    """The launcher class of the engine named ``backend`` (``"local"``, ``"slurm"`` or
+    ``"ray"``), made with ``(plan, watch)``.
 
     Raises:
-        ArgumentTypeError: an unknown backend (naming the closest one).
+        ArgumentTypeError: an unknown engine (naming the closest one).
 
     Example:
         >>> engine("local").__name__

@@ -31,6 +31,8 @@ from ..errors import ArgumentTypeError, LaunchError
 
 # Each task's attempt of a restarted job, 0-based (0: the first start).
 ATTEMPT_ENV = "TFDISTRIBUTED_ATTEMPT"
+# What runs an .R target unless the engine names an Rscript: the one on the PATH.
+RSCRIPT = "Rscript"
 
 
 @dataclass
@@ -66,7 +68,7 @@ class LaunchResult:
     ``wait_seconds``, ``outside_seconds``, ``restarts``, ``straggler``, ``straggler_epochs``);
     ``stragglers`` the tasks named stragglers.
 
-    An elastic job (``launch(min_workers=)``): ``sizes`` lists each size it ran at, a dict per
+    An elastic job (``Restarts(min_workers=)``): ``sizes`` lists each size it ran at, a dict per
     change (``attempt``, ``workers``, ``wanted``, ``why``: ``"start"``, ``"lost"`` or
     ``"back"``, ``places``: the hosts or nodes that left or came, ``position``: the step it
     resumed from, ``seconds``: since the start); empty for a job whose places cannot change.
@@ -168,7 +170,8 @@ def call_function(call_path: str, result_path: str) -> None:
 
 def target_argv(target, args, python, rscript, workdir):
     """argv for a target, and whether it is a function (whose call is pickled in ``workdir``,
-    its value coming back in the path the launcher appends to the argv)."""
+    its value coming back in the path the launcher appends to the argv); ``rscript`` None is
+    :data:`RSCRIPT`."""
     if callable(target):
         import cloudpickle
 
@@ -187,7 +190,7 @@ def target_argv(target, args, python, rscript, workdir):
     if ext == ".py":
         return [python, path, *map(str, args)], False
     if ext == ".r":
-        return [rscript, "--no-save", "--no-restore", path, *map(str, args)], False
+        return [rscript or RSCRIPT, "--no-save", "--no-restore", path, *map(str, args)], False
     raise LaunchError(f"Don't know how to run {path!r}: launch() runs .py scripts with Python, .R "
                       f"scripts with Rscript, or a Python function.")
 

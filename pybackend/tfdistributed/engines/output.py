@@ -84,8 +84,7 @@ class Relay:
     streams every line).
     """
 
-    def __init__(self, *, echo: bool = True, on_output=None, show_all: bool = False,
-                 watch=None):
+    def __init__(self, *, echo: bool, on_output=None, show_all: bool, watch=None):
         self.echo = echo
         self.on_output = on_output
         self.show_all = show_all

@@ -1,4 +1,5 @@
-"""The one attempt loop of every launcher engine, and its restart policy (``max_restarts=``).
+"""The one attempt loop of every launcher engine, and its restart policy
+(``Restarts(max_restarts=)``).
 
 :func:`run` drives any engine through the :class:`~tfdistributed.engines.base.Launcher` /
 :class:`~tfdistributed.engines.base.Job` protocol: plan an attempt, start it, wait for it,
@@ -8,11 +9,11 @@ A machine lost or a task preempted in the middle of a long job should not cost t
 after a failure the engine stops every task, as it always did, and :func:`run` starts
 the whole group again (TensorFlow's collectives cannot take a new member into a running group),
 each task told its attempt in ``TFDISTRIBUTED_ATTEMPT``. Resuming where the job was is the
-training's part (``fit(backup_dir=...)``). :class:`Restarts` decides: it announces each restart
+training's part (``fit(backup_dir=...)``). :class:`RestartPolicy` decides: it announces each restart
 in the job's output, and ends the job when no restart is left, or at once when a task fails
 the same way twice in a row (a bug, which no restart cures).
 
-An engine whose tasks run on places that can be lost (hosts of ``launch(hosts=)``, SLURM or
+An engine whose tasks run on places that can be lost (hosts of ``Local(hosts=)``, SLURM or
 Ray nodes) is asked first which places answer (:mod:`tfdistributed.engines.elastic`): a job
 that lost a host for good shrinks (``min_workers``) or ends naming the host, and one whose lost
 host answers again grows at its next backup. Those restarts change the job's membership and do
@@ -33,7 +34,7 @@ from .output import Relay, error_line, how_it_ended
 
 
 def failure_of(name: str, returncode: int, lines, ended: str | None = None) -> dict:
-    """What :class:`Restarts` keeps of a failed task: ``{"task", "ended", "error",
+    """What :class:`RestartPolicy` keeps of a failed task: ``{"task", "ended", "error",
     "preempted"}`` (``ended`` default: from the exit status)."""
     return {"task": name, "ended": ended or how_it_ended(returncode),
             "error": error_line(lines), "preempted": returncode == PREEMPTED_EXIT_CODE}
@@ -44,10 +45,10 @@ def run(launcher) -> LaunchResult:
     0, 1, ... until one returns its :class:`LaunchResult`, which is given the job's wall time,
     restarts, attempts and (elastic jobs) sizes. A task's failure (a :class:`LaunchError` with
     a ``failure``) goes to the membership policy (:func:`elastic_of`) and then to the restart
-    policy (:class:`Restarts`), which restarts or raises; any other error (a port in use, the
+    policy (:class:`RestartPolicy`), which restarts or raises; any other error (a port in use, the
     timeout, an interrupt) propagates. The timeout counts from the first start.
     """
-    restarts = Restarts(launcher.max_restarts, launcher.relay)
+    restarts = RestartPolicy(launcher.max_restarts, launcher.relay)
     watch = launcher.relay.watch
     with launcher:
         deadline = Deadline(launcher.timeout, time.monotonic())
@@ -78,13 +79,12 @@ def run(launcher) -> LaunchResult:
 def elastic_of(launcher):
     """The membership policy of a launcher whose tasks run on places that can be lost
     (``launcher.places()``), else None. ``launcher.min_workers`` (None: every place is
-    needed) and ``launcher.grace`` (seconds a place may take to answer) come from
-    ``launch()``."""
+    needed) and ``launcher.grace_for_places`` (seconds a place may take to answer) come from
+    ``launch(restarts=)``."""
     places = getattr(launcher, "places", None)
     if places is None or not places():
         return None
-    return Elastic(launcher, getattr(launcher, "min_workers", None),
-                   getattr(launcher, "grace_for_places", 300.0), launcher.relay)
+    return Elastic(launcher, launcher.min_workers, launcher.grace_for_places, launcher.relay)
 
 
 def _next_places(elastic, restarts, error: LaunchError):
@@ -130,7 +130,7 @@ def attempt(job: Job, deadline: Deadline) -> LaunchResult:
         job.stop()
 
 
-class Restarts:
+class RestartPolicy:
     """Up to ``max_restarts`` restarts of the whole job, each announced in the job's output.
 
     Every failure is kept (``attempts``). The job ends with a :class:`LaunchError` naming them

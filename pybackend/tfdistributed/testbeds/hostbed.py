@@ -200,7 +200,7 @@ class HostBed:
         return False
 
     def launch_hosts(self) -> dict:
-        """``{address: command prefix}`` of every host: ``launch(..., hosts=...)`` takes it."""
+        """``{address: command prefix}`` of every host: ``Local(hosts=...)`` takes it."""
         return {h.address: h.prefix for h in self.hosts}
 
     def cluster(self, workers: int, port: int = 2222) -> dict:

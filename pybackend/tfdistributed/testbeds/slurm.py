@@ -1,6 +1,6 @@
 """A real SLURM cluster on this machine, one node or several, everything in one temporary directory.
 
-For trying the SLURM backend (``launch(..., backend="slurm")``, ``srun -n2 Rscript train.R``)
+For trying the SLURM engine (``launch(..., engine=Slurm())``, ``srun -n2 Rscript train.R``)
 without a cluster, and for the test suite and the tutorial: it starts ``munged``,
 ``slurmctld`` and ``slurmd`` from the installed Debian packages (``slurmd slurmctld
 slurm-client munge``) with their own key, socket, configuration, state, spool, pid and log files

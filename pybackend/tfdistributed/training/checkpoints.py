@@ -381,8 +381,8 @@ def watching_preemption(backup):
     """While in the block, a SIGTERM (what SLURM, Kubernetes and spot VMs send before they stop
     a task) sets ``backup.preempted`` instead of ending the process: training goes on to the
     next backup, writes it, and every worker exits with ``PREEMPTED_EXIT_CODE`` (75), which
-    ``launch(max_restarts=...)`` restarts. Keep a backup's interval (``save_freq``) shorter
-    than the grace period before the SIGKILL.
+    ``launch(restarts=Restarts(max_restarts=...))`` restarts. Keep a backup's interval
+    (``save_freq``) shorter than the grace period before the SIGKILL.
 
     Only the main thread can take signals: elsewhere the block changes nothing.
 

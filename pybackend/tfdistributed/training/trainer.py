@@ -131,7 +131,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         verbose: ``"auto"``: non-chief workers print nothing, and tasks of a launched job print
             one line per epoch.
         backup_dir: add a multi-worker-safe ``BackupAndRestore``: a restarted job resumes from
-            its last backup (e.g. under ``launch(..., max_restarts=N)``); the backup is deleted
+            its last backup (e.g. under ``launch(..., restarts=Restarts(max_restarts=N))``);
+            the backup is deleted
             when training ends.
         save_freq: when to back up: ``"epoch"`` (at each epoch's end; a restarted job redoes
             the epoch it was in) or a number of steps N (arrays only, not under
@@ -142,7 +143,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             loss and metrics over its steps after the restart only. With a ``backup_dir``, a
             SIGTERM (a preemption notice) makes every worker stop at the next backup, once
             written, with exit status ``PREEMPTED_EXIT_CODE`` (75), for
-            ``launch(max_restarts=...)`` to restart.
+            ``launch(restarts=Restarts(max_restarts=...))`` to restart.
         **fit_kwargs: passed to ``model.fit`` (under ``parameter_server``: ``initial_epoch``,
             ``validation_freq``, ``validation_steps`` and ``checkpoint_dir``).
 
@@ -237,8 +238,9 @@ def _peer_lost(placement):
             f"Lost contact with another worker of the job during training ({detail.strip()}): "
             f"that worker failed or was stopped; its own error says why. Run the job again to "
             f"resume from the backup, or let the launcher restart it.",
-            hints={"python": "E.g. launch(..., max_restarts=2) with fit(..., backup_dir=...).",
-                   "r": "E.g. launch_cluster(..., max_restarts = 2) with "
+            hints={"python": "E.g. launch(..., restarts=tfd.Restarts(max_restarts=2)) with "
+                             "fit(..., backup_dir=...).",
+                   "r": "E.g. launch_cluster(..., restarts = restarts(max_restarts = 2)) with "
                         "fit_distributed(..., backup_dir = ...)."}) from None
 
 

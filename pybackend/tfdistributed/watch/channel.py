@@ -24,7 +24,7 @@ MARK = "@tfdistributed "
 # What a task's exit status tells its launcher, besides success and failure.
 # A task that stopped because it was told to (SIGTERM: a spot VM reclaimed, a SLURM or
 # Kubernetes eviction), not because it failed: "try again later" (BSD's EX_TEMPFAIL).
-# launch(max_restarts=...) restarts such a job without taking it for a bug.
+# launch(restarts=Restarts(max_restarts=...)) restarts such a job without taking it for a bug.
 PREEMPTED_EXIT_CODE = 75
 _lock = threading.Lock()
 

@@ -22,18 +22,15 @@ in.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import threading
 import time
 
-from .._args import as_seconds
-from ..errors import ArgumentTypeError
-from . import channel, progress, recorder, stall
+from . import progress, stall
+from .recorder import DEFAULT_STALL_WARNING
 from .tensorboard import TensorBoardLog, epoch_events, task_events
 
-DEFAULT_STALL_WARNING = 60.0
 STRAGGLER_RATIO = 1.5
 # Below this much extra work a step (seconds), a "straggler" is noise on a busy machine.
 STRAGGLER_FLOOR = 0.005
@@ -69,8 +66,8 @@ class JobWatch:
         stall_warning: seconds without a step before a stall is named (None: never).
     """
 
-    def __init__(self, *, display: str | None = "lines", stall_warning: float | None = 60.0,
-                 tensorboard=None):
+    def __init__(self, *, display: str | None = "lines",
+                 stall_warning: float | None = DEFAULT_STALL_WARNING, tensorboard=None):
         self.display, self.stall_warning = display, stall_warning
         self.board = None if tensorboard is None else TensorBoardLog(tensorboard)
         self.events: list = []  # for the board, written on the calling thread
@@ -289,30 +286,14 @@ class JobWatch:
 
 
 def job_watch(progress, stall_warning, *, echo: bool, on_output, tensorboard=None) -> JobWatch:
-    """The :class:`JobWatch` of ``launch(progress=, stall_warning=, tensorboard=)``, arguments
-    checked."""
-    if progress not in (True, False, "lines", "live", None):
-        raise ArgumentTypeError(f"`progress` must be True, False, 'lines' or 'live', got "
-                                f"{progress!r}.")
+    """The :class:`JobWatch` of a launch whose options were checked
+    (:class:`tfdistributed.engines.options.Watch`): ``progress=True`` is a line redrawn where
+    the output is a terminal nobody else reads, else a line per epoch."""
     if progress is True:
         terminal = echo and on_output is None and sys.stdout.isatty()
         progress = "live" if terminal else "lines"
-    if stall_warning is not None:
-        stall_warning = as_seconds(stall_warning, "stall_warning", minimum=1)
-    if tensorboard is not None and not isinstance(tensorboard, (str, os.PathLike)):
-        raise ArgumentTypeError(f"`tensorboard` must be a directory path, got {tensorboard!r}.")
     return JobWatch(display=progress or None, stall_warning=stall_warning,
                     tensorboard=tensorboard)
-
-
-def task_env(stall_warning, stall_timeout) -> dict:
-    """What every task of a launched job is told: send records, and the stall limits."""
-
-    if stall_timeout is not None:
-        stall_timeout = as_seconds(stall_timeout, "stall_timeout", minimum=1)
-    return {channel.ENV: "1",
-            recorder.STALL_WARNING_ENV: "0" if stall_warning is None else f"{stall_warning:g}",
-            recorder.STALL_TIMEOUT_ENV: "0" if stall_timeout is None else f"{stall_timeout:g}"}
 
 
 def _task_order(tasks) -> list:

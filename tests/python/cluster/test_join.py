@@ -123,8 +123,8 @@ def _launch_one_of_two(cluster, join_timeout, **kw):
     """Start worker 0 of ``cluster`` only; its lines with the seconds they arrived at."""
     lines, start = [], time.monotonic()
     with pytest.raises(tfd.LaunchError) as info:
-        tfd.launch(SCRIPT, cluster=cluster, tasks=[("worker", 0)], join_timeout=join_timeout,
-                   timeout=240, echo=False,
+        tfd.launch(SCRIPT, cluster=cluster, engine=tfd.engines.Local(tasks=[("worker", 0)]),
+                   restarts=tfd.Restarts(join_timeout=join_timeout), timeout=240, echo=False,
                    on_output=lambda line: lines.append((time.monotonic() - start, line)), **kw)
     return info.value, lines
 
@@ -199,8 +199,9 @@ def test_a_host_whose_link_is_down_is_named_by_the_launcher_and_by_the_join():
         subprocess.run(["ip", "-n", down.name, "link", "set", "eth0", "down"], check=True,
                        timeout=20)
         with pytest.raises(tfd.HostLostError) as info:
-            tfd.launch(SCRIPT, cluster=bed.cluster(2), tasks=[("worker", 0)],
-                       join_timeout=JOIN, timeout=240, echo=False, hosts=bed.launch_hosts())
+            tfd.launch(SCRIPT, cluster=bed.cluster(2),
+                       engine=tfd.engines.Local(tasks=[("worker", 0)], hosts=bed.launch_hosts()),
+                       restarts=tfd.Restarts(join_timeout=JOIN), timeout=240, echo=False)
         lines = _run_by_hand(bed.hosts[0].prefix, bed.cluster(2), 0, JOIN)
     finally:
         bed.down()

@@ -8,7 +8,7 @@ starts by default) and which warm, as the rest of the suite's (tests/conftest.py
   measured alone). Its killed-worker test runs cold too (``cold_start``), so that kills,
   restarts and resuming from a backup are checked on the default path; ``test_warm.py``
   compares warm and cold jobs number for number.
-- Tasks on hosts (``hosts=``), SLURM and Ray start cold whatever the setting.
+- Tasks on hosts (``Local(hosts=)``), SLURM and Ray start cold whatever the setting.
 """
 
 import pytest

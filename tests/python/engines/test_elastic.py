@@ -46,7 +46,8 @@ class Places:
 
 
 def elastic(places, min_workers, grace=0.2, watch=None):
-    relay = Relay(echo=False, watch=watch or JobWatch(display=None, stall_warning=None))
+    relay = Relay(echo=False, show_all=False,
+                  watch=watch or JobWatch(display=None, stall_warning=None))
     return Elastic(places, min_workers, grace, relay)
 
 
@@ -186,7 +187,8 @@ class FakeLauncher(Places):
     def __init__(self, outcomes, **kwargs):
         super().__init__(**kwargs)
         self.outcomes, self.timeout, self.max_restarts = list(outcomes), 60.0, 0
-        self.relay = Relay(echo=False, watch=JobWatch(display=None, stall_warning=None))
+        self.relay = Relay(echo=False, show_all=False,
+                           watch=JobWatch(display=None, stall_warning=None))
         self.min_workers, self.grace_for_places = 2, 0.2
 
     def __enter__(self):
@@ -230,9 +232,9 @@ def test_min_workers_needs_places_that_can_be_lost(tmp_path):
     script = tmp_path / "t.py"
     script.write_text("pass\n")
     with pytest.raises(tfd.ArgumentTypeError, match="runs on this machine only"):
-        tfd.launch(str(script), workers=2, min_workers=1, echo=False)
+        tfd.launch(str(script), workers=2, restarts=tfd.Restarts(min_workers=1), echo=False)
     with pytest.raises(tfd.ArgumentTypeError, match="min_workers"):
-        tfd.launch(str(script), workers=2, min_workers=1.5, echo=False)
+        tfd.launch(str(script), workers=2, restarts=tfd.Restarts(min_workers=1.5), echo=False)
 
 
 def test_probes_run_the_start_command_and_try_the_other_hosts(tmp_path):
@@ -273,9 +275,11 @@ def test_a_host_lost_for_good_shrinks_the_job_and_its_return_grows_it(bed3, tmp_
             subprocess.run(["ip", "-n", lost.name, "link", "set", "eth0", "up"], check=True,
                            timeout=20)
 
-    result = tfd.launch(SCRIPT, cluster=bed3.cluster(3), hosts=bed3.launch_hosts(),
-                        min_workers=2, join_timeout=15, timeout=600, on_output=on_output,
-                        echo=False, args=[str(outdir), "--backup", str(tmp_path / "backup"),
+    result = tfd.launch(SCRIPT, cluster=bed3.cluster(3),
+                        engine=tfd.engines.Local(hosts=bed3.launch_hosts()),
+                        restarts=tfd.Restarts(min_workers=2, join_timeout=15),
+                        timeout=600, on_output=on_output, echo=False,
+                        args=[str(outdir), "--backup", str(tmp_path / "backup"),
                                           "--epochs", str(EPOCHS), "--batch", str(BATCH),
                                           "--examples", str(EXAMPLES), "--save-freq",
                                           str(SAVE_FREQ), "--lose-at", str(lose_at),
@@ -308,8 +312,10 @@ def test_a_lost_host_is_named_as_such_not_a_bug_and_ends_a_job_that_needs_it(bed
     lost = bed3.hosts[1]
     try:
         with pytest.raises(tfd.HostLostError) as caught:
-            tfd.launch(SCRIPT, cluster=bed3.cluster(2), hosts=bed3.launch_hosts(),
-                       max_restarts=4, join_timeout=8, timeout=300, echo=False,
+            tfd.launch(SCRIPT, cluster=bed3.cluster(2),
+                       engine=tfd.engines.Local(hosts=bed3.launch_hosts()),
+                       restarts=tfd.Restarts(max_restarts=4, join_timeout=8),
+                       timeout=300, echo=False,
                        args=[str(outdir), "--backup", str(tmp_path / "backup"), "--lose",
                              "1", "--lose-at", "3", "--batch", "64", "--examples", "640"])
     finally:

@@ -70,6 +70,25 @@ def test_function_target_returns_values():
     assert result.values == [10, 11, 14]
 
 
+def _attempt_and_stall_warning():
+    import os
+
+    if os.environ["TFDISTRIBUTED_ATTEMPT"] == "0":
+        raise SystemExit("the first attempt fails")
+    return os.environ["TFDISTRIBUTED_ATTEMPT"], os.environ["TFDISTRIBUTED_STALL_WARNING"]
+
+
+def test_the_old_keyword_spellings_still_launch_for_one_release():
+    # Each family of launch()'s old keywords (an engine's, the restarts', the watch's) works, with
+    # one DeprecationWarning that gives the new spelling.
+    new = (r"use engine=tfd\.engines\.Local\(warm_start=False\), restarts=tfd\.Restarts\("
+           r"max_restarts=1\), watch=tfd\.Watch\(stall_warning=30\)\.$")
+    with pytest.warns(DeprecationWarning, match=new):
+        result = tfd.launch(_attempt_and_stall_warning, workers=1, timeout=120, echo=False,
+                            warm_start=False, max_restarts=1, stall_warning=30)
+    assert result.restarts == 1 and result.values == [("1", "30")]
+
+
 def _pin_first_core(task):
     task.env["TASK_POSITION"] = str(task.position)
     task.preexec_fn = lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -83,7 +102,8 @@ def test_prepare_task_changes_each_task_before_it_starts(tmp_path):
     """)
     seen = []
     result = tfd.launch(path, workers=2, chief=True, timeout=60, echo=False,
-                        prepare_task=lambda task: (seen.append(task.name), _pin_first_core(task)))
+                        engine=tfd.engines.Local(prepare_task=lambda task: (
+                            seen.append(task.name), _pin_first_core(task))))
     assert seen == ["chief 0", "worker 0", "worker 1"]
     core = min(os.sched_getaffinity(0))
     assert [t.output for t in result.tasks] == [[f"chief 0 0 [{core}]"], [f"worker 0 1 [{core}]"],
@@ -98,7 +118,7 @@ def test_a_failing_prepare_task_starts_nothing_and_leaves_no_files(tmp_path, mon
         raise RuntimeError(f"no {task.name}")
 
     with pytest.raises(RuntimeError, match="no worker 0"):
-        tfd.launch(path, workers=2, timeout=10, prepare_task=refuse)
+        tfd.launch(path, workers=2, timeout=10, engine=tfd.engines.Local(prepare_task=refuse))
     assert not list(tmp_path.glob("tfdistributed-launch-*"))
 
 
@@ -154,9 +174,12 @@ def test_the_cause_is_named_when_its_exit_status_arrives_after_the_consequences(
     # hears that worker 1, whose output ended first, was killed.
     from tfdistributed.engines.base import Deadline
     from tfdistributed.engines.local import supervisor
+    from tfdistributed.engines.options import JobPlan
 
-    launcher = supervisor.LocalLauncher(script(tmp_path, "pass"), workers=2, timeout=60,
-                                        echo=False)
+    plan = JobPlan(script(tmp_path, "pass"), workers=2, ps=0, chief=False, cluster=None,
+                   timeout=60, env=None, args=(), cwd=None, on_output=None, echo=False,
+                   engine=tfd.engines.Local(), restarts=tfd.Restarts(), watch=tfd.Watch())
+    launcher = supervisor.LocalLauncher(plan)
     job = launcher.job(0, Deadline(60, time.monotonic()))
     worker0, worker1 = job.tasks
     worker0.proc, worker1.proc = _Status(1), _Status(None)
@@ -186,7 +209,8 @@ def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path, warm):
     """)
     launcher = script(tmp_path, f"""
         import tfdistributed as tfd
-        tfd.launch({task!r}, workers=2, timeout=300, echo=False, warm_start={warm!r})
+        tfd.launch({task!r}, workers=2, timeout=300, echo=False,
+                   engine=tfd.engines.Local(warm_start={warm!r}))
     """, name="launcher.py")
     proc = subprocess.Popen([sys.executable, launcher])
     tasks = []
@@ -248,7 +272,8 @@ def test_task_that_never_joins_is_named_at_the_timeout(tmp_path):
     cluster = tfd.local_cluster(2)
     path = script(tmp_path, MWMS_SCRIPT)
     with pytest.raises(LaunchTimeoutError) as info:
-        tfd.launch(path, cluster=cluster, tasks=[("worker", 0)], timeout=15, echo=False)
+        tfd.launch(path, cluster=cluster, engine=tfd.engines.Local(tasks=[("worker", 0)]),
+                   timeout=15, echo=False)
     message = str(info.value)
     assert f"never joined the cluster (no server on their address): worker 1 ({cluster['worker'][1]})" in message
     assert "worker 0" in message.split("Still running")[1]

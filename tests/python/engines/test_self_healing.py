@@ -1,4 +1,5 @@
-"""Self-healing jobs: restarts after a failure (launch(max_restarts=...)), on real processes."""
+"""Self-healing jobs: restarts after a failure (launch(restarts=Restarts(max_restarts=...))), on
+real processes."""
 
 import json
 import os
@@ -52,7 +53,7 @@ def flaky(tmp_path, how, fail_until, **kwargs):
 
 
 def test_a_killed_task_restarts_the_whole_job_with_new_ports(tmp_path):
-    result, lines, logged = flaky(tmp_path, "kill", 1, max_restarts=2)
+    result, lines, logged = flaky(tmp_path, "kill", 1, restarts=tfd.Restarts(max_restarts=2))
     assert result.restarts == 1
     assert [t.output for t in result.tasks] == [["finished on attempt 1"]] * 2
     assert logged == ["0-0", "0-1", "1-0", "1-1"]
@@ -70,7 +71,7 @@ def test_a_killed_task_restarts_the_whole_job_with_new_ports(tmp_path):
 
 
 def test_a_preempted_task_is_restarted_even_twice_the_same_way(tmp_path):
-    result, lines, logged = flaky(tmp_path, "preempt", 2, max_restarts=2)
+    result, lines, logged = flaky(tmp_path, "preempt", 2, restarts=tfd.Restarts(max_restarts=2))
     assert result.restarts == 2 and len(logged) == 6
     assert [a["preempted"] for a in result.attempts] == [True, True, False]
     assert "[tfdistributed] worker 1 was preempted (exit status 75) on attempt 2 of 3 " \
@@ -78,7 +79,8 @@ def test_a_preempted_task_is_restarted_even_twice_the_same_way(tmp_path):
 
 
 def test_a_failure_on_every_attempt_names_each_one(tmp_path):
-    error, lines, logged = flaky(tmp_path, "differently", 5, max_restarts=2)
+    error, lines, logged = flaky(tmp_path, "differently", 5,
+                                 restarts=tfd.Restarts(max_restarts=2))
     assert type(error) is tfd.LaunchError and len(logged) == 6
     message = str(error)
     assert "The job failed on each of its 3 attempts (max_restarts=2)" in message
@@ -91,7 +93,7 @@ def test_a_failure_on_every_attempt_names_each_one(tmp_path):
 
 
 def test_the_same_failure_twice_is_a_bug_and_ends_the_job(tmp_path):
-    error, lines, logged = flaky(tmp_path, "same", 5, max_restarts=5)
+    error, lines, logged = flaky(tmp_path, "same", 5, restarts=tfd.Restarts(max_restarts=5))
     assert type(error) is tfd.LaunchError and logged == ["0-0", "0-1", "1-0", "1-1"]
     assert "Task worker 1 failed the same way on attempts 1 and 2 (exited with status 1: " \
            "RuntimeError: always this), before training began both times (it cannot start): " \
@@ -115,7 +117,8 @@ def test_without_restarts_the_first_failure_ends_the_job(tmp_path):
 def test_the_timeout_covers_every_attempt(tmp_path):
     # Every attempt is preempted and restarted: only the one timeout of the job ends it.
     # 10 s: room for at least one attempt's two tasks to start on a busy 2-core machine.
-    error, _, logged = flaky(tmp_path, "preempt", 1000, max_restarts=1000, timeout=10)
+    error, _, logged = flaky(tmp_path, "preempt", 1000,
+                             restarts=tfd.Restarts(max_restarts=1000), timeout=10)
     assert isinstance(error, tfd.LaunchTimeoutError), error
     assert "did not finish within 10 s" in str(error)
     assert len(logged) >= 2
@@ -127,7 +130,8 @@ def test_an_interrupt_stops_every_task_and_restarts_none(tmp_path):
 
     # Ctrl-C at worker 1's first line (its traceback), worker 0 still running.
     with pytest.raises(KeyboardInterrupt):
-        flaky(tmp_path, "differently", 1, max_restarts=3, on_output=interrupt)
+        flaky(tmp_path, "differently", 1, restarts=tfd.Restarts(max_restarts=3),
+              on_output=interrupt)
     assert sorted(os.listdir(tmp_path / "logs")) == ["0-0", "1-0"]
 
 
@@ -148,7 +152,7 @@ def test_restarts_from_the_command_line(tmp_path):
                                             ("3", "`max_restarts` must be an integer")])
 def test_max_restarts_is_checked(tmp_path, value, message):
     with pytest.raises(tfd.ArgumentTypeError, match=message):
-        tfd.launch(script(tmp_path, "pass"), workers=1, max_restarts=value)
+        tfd.launch(script(tmp_path, "pass"), workers=1, restarts=tfd.Restarts(max_restarts=value))
 
 
 # --- resuming mid-epoch: real 2-worker jobs on the digits --------------------------------------
@@ -216,7 +220,8 @@ def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, u
     outdir, backup = tmp_path / "out", tmp_path / "backup"
     lines = []
     result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
-                 "--stop-at", str(stop_at), max_restarts=1, on_output=lines.append)
+                 "--stop-at", str(stop_at), restarts=tfd.Restarts(max_restarts=1),
+                 on_output=lines.append)
     assert result.restarts == 1, stop_at
     # The survivor, if it failed before it was stopped, says it lost a peer, in one line, not
     # with TensorFlow's graph-node traceback.
@@ -246,7 +251,7 @@ def test_a_powersgd_job_killed_and_resumed_ends_as_the_uninterrupted_one(tmp_pat
     common = ("--save-freq", str(SAVE_FREQ), "--powersgd", "2,3")
     job(tmp_path / "through", *common, "--backup", str(tmp_path / "backup-1"))
     result = job(tmp_path / "resumed", *common, "--backup", str(tmp_path / "backup-2"),
-                 "--stop-at", "13", max_restarts=1)
+                 "--stop-at", "13", restarts=tfd.Restarts(max_restarts=1))
     assert result.restarts == 1
     (x, _), _ = tfd.digits_arrays()
     # Pixels 0 in every image: their weights' gradient is 0, and Adam turns what PowerSGD's
@@ -319,8 +324,8 @@ def test_the_same_worker_killed_on_consecutive_attempts_after_progress_heals(tmp
     outdir, backup = tmp_path / "out", tmp_path / "backup"
     lines = []
     result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
-                 "--stop-at", ",".join(map(str, steps)), max_restarts=5, on_output=lines.append,
-                 timeout=600)
+                 "--stop-at", ",".join(map(str, steps)), restarts=tfd.Restarts(max_restarts=5),
+                 on_output=lines.append, timeout=600)
     assert result.restarts == 3, steps
     assert [a["task"] for a in result.attempts[:3]] == ["worker 1"] * 3, steps
     assert {a["ended"] for a in result.attempts[:3]} == {"was killed by signal 9"}
@@ -344,7 +349,7 @@ def test_the_same_failure_at_the_same_step_with_no_progress_is_a_bug(tmp_path, h
     outdir, backup = tmp_path / "out", tmp_path / "backup"
     with pytest.raises(tfd.LaunchError) as info:
         job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup), "--stop-at", str(step),
-            "--every-attempt", "--signal", how, max_restarts=5)
+            "--every-attempt", "--signal", how, restarts=tfd.Restarts(max_restarts=5))
     assert len(info.value.attempts) == 2, (step, info.value.attempts)
     message = str(info.value)
     backed_up = step // SAVE_FREQ * SAVE_FREQ
@@ -534,7 +539,7 @@ def test_a_parameter_server_job_that_loses_its_ps_restarts_from_the_backup(tmp_p
     outdir.mkdir()
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "ps_lose_ps.py")
     result = tfd.launch(script, workers=1, ps=1, chief=True, args=[str(outdir), str(backup)],
-                        max_restarts=1, timeout=300, echo=False)
+                        restarts=tfd.Restarts(max_restarts=1), timeout=300, echo=False)
     assert result.restarts == 1
     assert result.attempts[0]["task"] in ("ps 0", "chief 0"), result.attempts
     assert sorted(os.listdir(outdir)) == ["result-1.json"]

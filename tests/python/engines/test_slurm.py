@@ -101,8 +101,9 @@ def _task_and_argument(x):
 
 
 def test_launch_function_target_returns_each_tasks_value(slurm_cluster):
-    result = tfd.launch(_task_and_argument, workers=2, args=("hi",), backend="slurm", timeout=120,
-                        echo=False)
+    result = tfd.launch(_task_and_argument, workers=2, args=("hi",),
+                        engine=tfd.engines.Slurm(partition=slurm_cluster.partition, time="5"),
+                        timeout=120, echo=False)
     assert result.values == [({"type": "worker", "index": 0}, "0", "hi"),
                              ({"type": "worker", "index": 1}, "1", "hi")]
     assert [t.returncode for t in result.tasks] == [0, 0]
@@ -111,7 +112,7 @@ def test_launch_function_target_returns_each_tasks_value(slurm_cluster):
 
 def test_launch_python_script_two_workers_identical_weights(slurm_cluster, tmp_path):
     lines = []
-    result = tfd.launch(str(SCRIPTS / "mwms_digits.py"), workers=2, backend="slurm",
+    result = tfd.launch(str(SCRIPTS / "mwms_digits.py"), workers=2, engine=tfd.engines.Slurm(),
                         args=[str(tmp_path), "--epochs", "2"], timeout=300, echo=False,
                         on_output=lines.append)
     assert [(t.name, t.returncode) for t in result.tasks] == [("worker 0", 0), ("worker 1", 0)]
@@ -131,7 +132,7 @@ def test_failing_task_fails_the_job_fast_and_by_name(slurm_cluster, tmp_path):
     """))
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match=r"Task worker 1 exited with status 1") as info:
-        tfd.launch(str(path), workers=2, backend="slurm", timeout=120, echo=False)
+        tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(), timeout=120, echo=False)
     # Fast means before the 120 s timeout and worker 0's 300 s sleep: submission, start-up and
     # the cancel (which waits until SLURM lets go of the job) fit with room on a busy machine.
     assert time.monotonic() - t0 < 90
@@ -151,8 +152,9 @@ def test_max_restarts_submits_the_job_again(slurm_cluster, tmp_path):
         print("attempt", attempt, flush=True)
     """))
     lines = []
-    result = tfd.launch(str(path), workers=2, backend="slurm", timeout=120, echo=False,
-                        max_restarts=1, on_output=lines.append)
+    result = tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(),
+                        restarts=tfd.Restarts(max_restarts=1), timeout=120, echo=False,
+                        on_output=lines.append)
     assert result.restarts == 1
     assert [t.output for t in result.tasks] == [["attempt 1"], ["attempt 1"]]
     assert [a["task"] for a in result.attempts] == ["worker 1", None]
@@ -169,7 +171,7 @@ def test_timeout_cancels_the_job(slurm_cluster, tmp_path):
     # 12 s: room for the job to leave the queue and start its tasks on a busy machine (a job
     # still pending at the timeout is reported as waiting, naming no task).
     with pytest.raises(LaunchTimeoutError, match="did not finish within 12 s and was cancelled") as info:
-        tfd.launch(str(path), workers=2, backend="slurm", timeout=12, echo=False)
+        tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(), timeout=12, echo=False)
     # Cancelled, not waited for (the tasks sleep 300 s): the cancel alone may wait up to 30 s
     # for SLURM to let go of the job, more on a busy machine.
     assert time.monotonic() - t0 < 120
@@ -192,8 +194,9 @@ def _parameter_server_chief():
 
 def test_parameter_server_job_on_slurm_servers_stop_after_the_chief(slurm_cluster):
     # 4 tasks on 2 CPUs: --overcommit lets SLURM start them all (the servers mostly wait).
-    result = tfd.launch(_parameter_server_chief, workers=2, ps=1, chief=True, backend="slurm",
-                        timeout=240, echo=False, sbatch_args=["--overcommit"])
+    result = tfd.launch(_parameter_server_chief, workers=2, ps=1, chief=True,
+                        engine=tfd.engines.Slurm(sbatch_args=["--overcommit"]),
+                        timeout=240, echo=False)
     assert [(t.name, t.server, t.returncode) for t in result.tasks] == [
         ("chief 0", False, 0), ("ps 0", True, 0), ("worker 0", True, 0), ("worker 1", True, 0)]
     num_ps, device, value = result.values[0]
@@ -209,7 +212,7 @@ def test_slurm_script_is_a_batch_script_to_keep(tmp_path):
                      "srun --kill-on-bad-exit=1", "Rscript --no-save --no-restore",
                      "mwms_digits.R out"):
         assert expected in script
-    with pytest.raises(tfd.ArgumentTypeError, match="backend='slurm'"):
+    with pytest.raises(tfd.ArgumentTypeError, match=r"engine=tfd\.engines\.Slurm\(\)"):
         tfd.slurm_script(_task_and_argument)
 
 
@@ -241,12 +244,29 @@ def test_reading_slurms_environment_does_not_load_the_sbatch_engine():
         capture_output=True, text=True, timeout=120).stdout
 
 
-def test_backend_arguments_are_checked_before_anything_starts():
+def test_the_old_slurm_spelling_still_submits_and_says_the_new_one(slurm_cluster):
+    # launch(backend="slurm", partition=...) works for one release, with a warning.
+    new = r"use engine=tfd\.engines\.Slurm\(partition='tfd'\)"
+    with pytest.warns(DeprecationWarning, match=new):
+        result = tfd.launch(_task_and_argument, workers=1, args=("old",), backend="slurm",
+                            partition=slurm_cluster.partition, timeout=120, echo=False)
+    assert result.values == [({"type": "worker", "index": 0}, "0", "old")]
+
+
+def test_engine_arguments_are_checked_before_anything_starts():
+    with pytest.raises(tfd.ArgumentTypeError, match=r"`engine` must be an engine.*Slurm\(\)"):
+        tfd.launch(_task_and_argument, engine="slurm")
+    with pytest.raises(tfd.ArgumentTypeError, match="`time` must be SLURM's --time"):
+        tfd.engines.Slurm(time="two hours")
+    with pytest.raises(tfd.ArgumentTypeError, match="`cluster` only applies to local clusters"):
+        tfd.launch(_task_and_argument, cluster=tfd.local_cluster(2), engine=tfd.engines.Slurm())
+    # The old spellings, checked as well.
     with pytest.raises(tfd.ArgumentTypeError, match="'local', 'slurm' or 'ray'.*Did you mean 'slurm'"):
         tfd.launch(_task_and_argument, backend="slrum")
-    with pytest.raises(tfd.ArgumentTypeError, match="prepare_task only apply to local clusters"):
+    with pytest.raises(tfd.ArgumentTypeError, match="`prepare_task` is an option of the local"):
         tfd.launch(_task_and_argument, backend="slurm", prepare_task=lambda task: None)
-    with pytest.raises(tfd.ArgumentTypeError, match=r"\['partition'\].*backend='slurm' or 'ray'"):
+    fix = r"`partition` is an option of the slurm engine.*engine=tfd\.engines\.Slurm\(partition="
+    with pytest.raises(tfd.ArgumentTypeError, match=fix):
         tfd.launch(_task_and_argument, partition="gpu")
 
 

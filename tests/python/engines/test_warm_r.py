@@ -47,8 +47,9 @@ def both(path, workdir, **options):
     runs = {}
     for warm in (False, True):
         try:
-            runs[warm] = tfd.launch(path, timeout=300, echo=False, warm_start=warm,
-                                    cwd=str(workdir), **{"workers": 1, **options})
+            runs[warm] = tfd.launch(path, timeout=300, echo=False,
+                                    engine=tfd.engines.Local(warm_start=warm), cwd=str(workdir),
+                                    **{"workers": 1, **options})
         except LaunchError as e:
             runs[warm] = e
     return runs
@@ -90,7 +91,7 @@ def test_a_warm_r_task_runs_as_rscript_would_run_it(workdir):
     for warm in (False, True):
         mode = "warm" if warm else "cold"
         runs[warm] = tfd.launch(path, workers=2, args=("a", "b c"), timeout=300, echo=False,
-                                warm_start=warm, cwd=str(workdir),
+                                engine=tfd.engines.Local(warm_start=warm), cwd=str(workdir),
                                 env={**R_ENV, "MINE": "yes", "MODE": mode})
     cold, warm = runs[False], runs[True]
     assert [t.returncode for t in warm.tasks] == [0, 0]
@@ -182,7 +183,8 @@ def test_a_2_worker_r_job_trains_warm_to_the_numbers_it_trains_cold(workdir):
         out = workdir / f"digits-{warm}"
         out.mkdir()
         result = tfd.launch(DIGITS, workers=2, args=(str(out), 1), timeout=300, echo=False,
-                            warm_start=warm, cwd=str(workdir), env=R_ENV)
+                            engine=tfd.engines.Local(warm_start=warm),
+                            cwd=str(workdir), env=R_ENV)
         assert [t.returncode for t in result.tasks] == [0, 0]
         outputs[warm] = [[line for line in output(t) if "test accuracy" in line]
                          for t in result.tasks]
@@ -203,7 +205,8 @@ def test_an_r_server_that_cannot_start_is_named_and_the_tasks_start_cold(tmp_pat
     # An R library without tfdistributed: the server cannot load it; the task itself needs none.
     empty = tmp_path / "empty-library"
     empty.mkdir()
-    result = tfd.launch(path, workers=2, timeout=120, echo=False, warm_start=True,
+    result = tfd.launch(path, workers=2, timeout=120, echo=False,
+                        engine=tfd.engines.Local(warm_start=True),
                         on_output=lines.append, cwd=str(tmp_path),
                         env={**R_ENV, "R_LIBS": str(empty), "R_LIBS_USER": str(empty)})
     assert [t.returncode for t in result.tasks] == [0, 0]
@@ -254,7 +257,8 @@ def test_r_servers_do_not_push_python_ones_out(tmp_path, monkeypatch):
     """)
 
     def parent(path, **env):
-        result = tfd.launch(path, workers=1, timeout=120, echo=False, warm_start=True,
+        result = tfd.launch(path, workers=1, timeout=120, echo=False,
+                            engine=tfd.engines.Local(warm_start=True),
                             cwd=str(tmp_path), env={**R_ENV, **env})
         return int(output(result.tasks[0])[-1].split()[-1])
 

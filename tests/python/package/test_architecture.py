@@ -12,6 +12,12 @@ short functions, and an R package that uses only the backend's public names.
 - No private name crosses modules: ``from .x import _y`` reaches into ``x``'s insides.
 - No R file reaches into a private backend module (`` backend()$`_args` ``): R keeps no rules
   of its own and calls what Python users call.
+- ``launch()`` takes the target, the cluster's shape and a few option objects: at most 14
+  parameters (and, for one release, the old spellings' ``**deprecated_keywords``), and each
+  engine's launcher is made from one plan: at most 8 parameters.
+- Each default of ``launch()``'s options is written once: no function or dataclass of the
+  backend retypes it under the option's name (a named constant is fine: it is the one place),
+  and no ``DEFAULT_*`` constant is defined in two modules.
 """
 
 from __future__ import annotations
@@ -319,3 +325,156 @@ def test_no_module_path_shim_remains():
         tree = ast.parse(init.read_text())
         assert not any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
                        for node in tree.body), f"{init}: a module-level __getattr__"
+
+
+# --- launch()'s surface, and its defaults written once ------------------------------------------
+
+MAX_LAUNCH_PARAMETERS = 14
+MAX_LAUNCHER_PARAMETERS = 8
+OPTIONS = PACKAGE / "engines" / "options.py"
+OPTION_CLASSES = ("Engine", "Local", "Slurm", "Ray", "Restarts", "Watch")
+# The cluster's shape: local_cluster() and slurm_script() have a shape of their own to default.
+SHAPE = ("target", "workers", "ps", "chief")
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef:
+    return next(node for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.FunctionDef) and node.name == name)
+
+
+def _constants(module: str) -> dict:
+    """A module's module-level ``NAME = literal`` constants, and those it imports by name."""
+    path = PACKAGE / (module.replace(".", "/") + ".py")
+    tree = ast.parse(path.read_text())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            found.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+    for node, target, taken in _imported(tree, module):
+        origin = PACKAGE / (target.replace(".", "/") + ".py")
+        if origin.exists() and target != module:
+            theirs = _constants(target)
+            found.update({name: theirs[name] for name in taken if name in theirs})
+    return found
+
+
+def _literal(node, constants: dict):
+    """``(True, value)`` for a default written as a literal or as a named constant, else
+    ``(False, None)``; None and empty containers say "not given", and are left out."""
+    if isinstance(node, ast.Constant):
+        value = node.value
+    elif isinstance(node, ast.Name) and node.id in constants:
+        value = constants[node.id]
+    else:
+        return False, None
+    return (value is not None and value != "" and value != ()), value
+
+
+def _same(a, b) -> bool:
+    return (isinstance(a, bool), a) == (isinstance(b, bool), b)
+
+
+def option_defaults() -> dict:
+    """``{name: default}`` of every option field and of launch()'s other parameters."""
+    defaults = {}
+    constants = _constants("engines.options")
+    for node in ast.parse(OPTIONS.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name in OPTION_CLASSES:
+            for field in node.body:
+                if isinstance(field, ast.AnnAssign) and field.value is not None \
+                        and "ClassVar" not in ast.unparse(field.annotation):
+                    known, value = _literal(field.value, constants)
+                    if known:
+                        defaults[field.target.id] = value
+    constants = _constants("engines.launch")
+    for name, default in _defaults(_function(PACKAGE / "engines" / "launch.py", "launch")):
+        known, value = _literal(default, constants)
+        if known and name not in SHAPE:
+            defaults[name] = value
+    return defaults
+
+
+def _defaults(function: ast.FunctionDef) -> list:
+    """``(parameter, default node)`` of each parameter of ``function`` that has a default."""
+    a = function.args
+    positional = a.posonlyargs + a.args
+    return [(x.arg, d) for x, d in zip(positional[len(positional) - len(a.defaults):],
+                                       a.defaults)] + \
+        [(x.arg, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+
+
+def _retyped(defaults: dict) -> list:
+    """Functions and dataclass fields of the backend that default an option's name to the
+    option's own default, the option objects and launch() aside."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        owners = {id(n): c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                  for n in c.body}
+        for node in ast.walk(tree):
+            pairs = []
+            if isinstance(node, ast.FunctionDef) and not (path == PACKAGE / "engines" / "launch.py"
+                                                          and node.name == "launch"):
+                pairs = [(x, d, node.name) for x, d in _defaults(node)]
+            elif isinstance(node, ast.AnnAssign) and node.value is not None \
+                    and isinstance(node.target, ast.Name) and id(node) in owners \
+                    and not (path == OPTIONS and owners[id(node)] in OPTION_CLASSES):
+                pairs = [(node.target.id, node.value, owners[id(node)])]
+            for name, default, where in pairs:
+                # A named constant is the one place; a literal is a copy.
+                known, value = _literal(default, {})
+                if known and name in defaults and _same(value, defaults[name]):
+                    found.append(f"{path.relative_to(PACKAGE)}:{default.lineno} {where}: "
+                                 f"{name}={value!r}")
+    return found
+
+
+def test_launch_takes_the_target_the_shape_and_a_few_option_objects():
+    launch = _function(PACKAGE / "engines" / "launch.py", "launch")
+    a = launch.args
+    named = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    assert len(named) <= MAX_LAUNCH_PARAMETERS, named
+    assert {"engine", "restarts", "watch"} <= set(named)
+    # The one catch-all: the old spellings, kept for one release (engines/deprecated.py).
+    assert a.vararg is None and (a.kwarg is None or a.kwarg.arg == "deprecated_keywords")
+
+
+def test_each_engine_is_made_from_one_plan():
+    engines = ast.parse((PACKAGE / "engines" / "__init__.py").read_text())
+    table = next(node.value for node in engines.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "ENGINES" for t in node.targets))
+    wide = []
+    for module, name in ast.literal_eval(table).values():
+        path = PACKAGE / "engines" / (module.replace(".", "/") + ".py")
+        cls = next(node for node in ast.parse(path.read_text()).body
+                   if isinstance(node, ast.ClassDef) and node.name == name)
+        init = next(node for node in cls.body
+                    if isinstance(node, ast.FunctionDef) and node.name == "__init__")
+        a = init.args
+        params = [x.arg for x in a.posonlyargs + a.args[1:] + a.kwonlyargs]
+        if len(params) > MAX_LAUNCHER_PARAMETERS or a.vararg or a.kwarg:
+            wide.append(f"{name}({', '.join(params)})")
+    assert not wide, wide
+
+
+def test_no_default_of_the_launch_options_is_written_twice_in_python():
+    defaults = option_defaults()
+    assert {"max_restarts", "grace", "stall_warning", "timeout", "job_name", "poll",
+            "progress"} <= set(defaults), defaults
+    retyped = _retyped(defaults)
+    assert not retyped, "option defaults typed again (use the option's own): " + ", ".join(retyped)
+    named = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id.startswith("DEFAULT_"):
+                        named.setdefault(t.id, []).append(str(path.relative_to(PACKAGE)))
+    twice = {name: where for name, where in named.items() if len(where) > 1}
+    assert not twice, twice
+
+
+def test_the_default_checks_see_a_retyped_default():
+    assert _literal(ast.parse("60.0").body[0].value, {}) == (True, 60.0)
+    assert _literal(ast.parse("None").body[0].value, {}) == (False, None)
+    assert not _same(True, 1) and _same(60, 60.0)

@@ -106,7 +106,7 @@ CASES = [
     ("port already in use", _busy_port_launch, LaunchError, "already in use"),
     ("zero workers", lambda t: tfd.launch(str(t), workers=0, timeout=10), ArgumentTypeError, ">= 1"),
     ("negative timeout", lambda t: tfd.launch(str(t), timeout=-1), ArgumentTypeError, "positive number"),
-    ("task not in the cluster", lambda t: tfd.launch(str(t), cluster={"worker": ["127.0.0.1:1"]}, tasks=[("worker", 3)]), ClusterConfigError, "not in the cluster"),
+    ("task not in the cluster", lambda t: tfd.launch(str(t), cluster={"worker": ["127.0.0.1:1"]}, engine=tfd.engines.Local(tasks=[("worker", 3)])), ClusterConfigError, "not in the cluster"),
 ]
 
 

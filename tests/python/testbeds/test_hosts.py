@@ -177,7 +177,8 @@ def test_two_workers_at_their_host_addresses_train_identically(bed, tmp_path):
 
     cluster = bed.cluster(2)
     assert cluster == {"worker": ["10.77.0.2:2222", "10.77.0.3:2222"]}
-    result = tfd.launch(SCRIPT, cluster=cluster, hosts=bed.launch_hosts(), timeout=TIMEOUT,
+    result = tfd.launch(SCRIPT, cluster=cluster,
+                        engine=tfd.engines.Local(hosts=bed.launch_hosts()), timeout=TIMEOUT,
                         args=[str(tmp_path), "--epochs", "2", "--examples", "640"], echo=False)
     assert [t.returncode for t in result.tasks] == [0, 0]
     outputs = read_outputs(tmp_path)
@@ -196,7 +197,8 @@ def test_two_hosts_with_powersgd_gradients_train_identically(bed, tmp_path):
     # warm-up: both workers end with the same weights, bit for bit, and the model learns.
     import numpy as np
 
-    result = tfd.launch(SCRIPT, cluster=bed.cluster(2), hosts=bed.launch_hosts(), timeout=TIMEOUT,
+    result = tfd.launch(SCRIPT, cluster=bed.cluster(2),
+                        engine=tfd.engines.Local(hosts=bed.launch_hosts()), timeout=TIMEOUT,
                         args=[str(tmp_path), "--epochs", "2", "--examples", "640",
                               "--compression", "powersgd", "--powersgd", "2,3"], echo=False)
     assert [t.returncode for t in result.tasks] == [0, 0]
@@ -221,7 +223,8 @@ def test_four_hosts_with_fp16_gradients_train_identically_and_as_32_bits(tmp_pat
 
     four = build_bed(4, "1gbit")
     try:
-        result = tfd.launch(SCRIPT, cluster=four.cluster(4), hosts=four.launch_hosts(),
+        result = tfd.launch(SCRIPT, cluster=four.cluster(4),
+                            engine=tfd.engines.Local(hosts=four.launch_hosts()),
                             timeout=TIMEOUT, echo=False,
                             args=[str(tmp_path), "--epochs", "2", "--examples", "1345",
                                   "--compression", "fp16"])
@@ -277,7 +280,8 @@ def test_a_task_at_an_address_its_host_lacks_fails_fast_with_the_fix(bed):
     h0, h1 = bed.hosts
     cluster = {"worker": ["10.77.0.9:2222", f"{h1.address}:2222"]}
     with pytest.raises(tfd.LaunchError) as info:
-        tfd.launch(SCRIPT, cluster=cluster, hosts={"10.77.0.9": h0.prefix, h1.address: h1.prefix},
+        hosts = {"10.77.0.9": h0.prefix, h1.address: h1.prefix}
+        tfd.launch(SCRIPT, cluster=cluster, engine=tfd.engines.Local(hosts=hosts),
                    args=["/nonexistent"], timeout=TIMEOUT, echo=False)
     message = str(info.value)
     assert "Task worker 0 exited" in message and "ClusterConfigError" in message
@@ -289,11 +293,13 @@ def test_a_task_at_an_address_its_host_lacks_fails_fast_with_the_fix(bed):
 def test_launch_runs_only_on_the_hosts_it_is_given(bed):
     cluster = bed.cluster(2)
     with pytest.raises(tfd.ClusterConfigError, match='"10.77.0.3:2222" is not a loopback address'):
-        tfd.launch(SCRIPT, cluster=cluster, hosts={"10.77.0.2": bed.hosts[0].prefix})
+        tfd.launch(SCRIPT, cluster=cluster,
+                   engine=tfd.engines.Local(hosts={"10.77.0.2": bed.hosts[0].prefix}))
     with pytest.raises(tfd.ArgumentTypeError, match="pass the `cluster`"):
-        tfd.launch(SCRIPT, hosts=bed.launch_hosts())
+        tfd.launch(SCRIPT, engine=tfd.engines.Local(hosts=bed.launch_hosts()))
     with pytest.raises(tfd.ArgumentTypeError, match="command prefix"):
-        tfd.launch(SCRIPT, cluster=cluster, hosts={"10.77.0.2": "ip netns exec x"})
+        tfd.launch(SCRIPT, cluster=cluster,
+                   engine=tfd.engines.Local(hosts={"10.77.0.2": "ip netns exec x"}))
 
 
 # An R task: the strategy it reads from TF_CONFIG, and the address of the host it runs on.

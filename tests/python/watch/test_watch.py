@@ -134,11 +134,11 @@ def test_a_second_fit_replaces_the_epochs_it_trains_again_and_keeps_those_before
     assert watch.history() == {"loss": [0.9, 0.8, 0.7]}
 
 
-def test_launch_checks_the_watch_arguments():
+def test_the_watch_options_are_checked():
     with pytest.raises(tfd.ArgumentTypeError, match="`progress` must be"):
-        tfd.launch("x.py", progress="bars")
+        tfd.launch("x.py", watch=tfd.Watch(progress="bars"))
     with pytest.raises(tfd.ArgumentTypeError, match="`stall_warning` must be a number of seconds"):
-        tfd.launch("x.py", stall_warning="soon")
+        tfd.launch("x.py", watch=tfd.Watch(stall_warning="soon"))
 
 
 # --- real 2-worker jobs ----------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def run(tmp_path, *args, **kwargs):
     outdir = tmp_path / "out"
     outdir.mkdir()
     lines = []
-    options = dict(dict(timeout=300, stall_warning=20), **kwargs)
+    options = dict(dict(timeout=300, watch=tfd.Watch(stall_warning=20)), **kwargs)
     try:
         outcome = tfd.launch(SCRIPT, workers=2, args=[str(outdir), *args], echo=False,
                              on_output=lines.append, **options)
@@ -270,8 +270,9 @@ ASLEEP = ("worker 0 waits in step 7 for another task. worker 1 has not begun ste
 
 @pytest.mark.cluster
 def test_a_worker_asleep_in_a_callback_is_named_and_the_stall_timeout_restarts_the_job(tmp_path):
-    error, lines, _ = run(tmp_path, "--stall-callback", "5", stall_warning=STALL,
-                          stall_timeout=12, timeout=240, max_restarts=1)
+    error, lines, _ = run(tmp_path, "--stall-callback", "5",
+                          watch=tfd.Watch(stall_warning=STALL, stall_timeout=12), timeout=240,
+                          restarts=tfd.Restarts(max_restarts=1))
     said = [ln for ln in lines if "No step for" in ln]
     assert said and NAMED.match(said[0]) and ASLEEP in said[0], lines[-20:]
     # Each attempt ended itself on the stall timeout, and was restarted once.
@@ -284,7 +285,8 @@ def test_a_worker_asleep_in_a_callback_is_named_and_the_stall_timeout_restarts_t
 @pytest.mark.cluster
 def test_a_blocked_input_pipeline_is_named_and_a_timeout_repeats_it(tmp_path):
     started = time.monotonic()
-    error, lines, _ = run(tmp_path, "--stall-input", "5", stall_warning=STALL, timeout=35)
+    error, lines, _ = run(tmp_path, "--stall-input", "5", watch=tfd.Watch(stall_warning=STALL),
+                          timeout=35)
     assert isinstance(error, tfd.LaunchTimeoutError)
     # Blocked at its 6th batch, which TensorFlow asked for a few steps ahead (prefetching).
     words = ", in its input pipeline, at watched_job.py"
@@ -296,8 +298,8 @@ def test_a_blocked_input_pipeline_is_named_and_a_timeout_repeats_it(tmp_path):
 
 @pytest.mark.cluster
 def test_uneven_steps_are_named_as_such(tmp_path):
-    error, lines, _ = run(tmp_path, "--uneven", "--epochs", "2", stall_warning=STALL,
-                          timeout=35)
+    error, lines, _ = run(tmp_path, "--uneven", "--epochs", "2",
+                          watch=tfd.Watch(stall_warning=STALL), timeout=35)
     said = [ln for ln in lines if "No step for" in ln]
     assert said and "worker 1 finished training after 32 steps while the others wait in step " \
                     "33: the workers were not given the same number of steps" in said[0], said

@@ -1,4 +1,5 @@
-"""Elastic jobs: hosts that come and go (``launch(..., workers=MAX, min_workers=MIN)``).
+"""Elastic jobs: hosts that come and go (``launch(..., workers=MAX,
+restarts=Restarts(min_workers=MIN))``).
 
 TensorFlow's ``MultiWorkerMirroredStrategy`` has a fixed membership: a new size is a new job,
 new processes with a new TF_CONFIG, resumed from a backup (``fit(backup_dir=...)``). This

@@ -1,7 +1,7 @@
 """Who is in a job: the places it may use, those it runs on, those lost, and its size.
 
 A *place* is where an engine runs one or more training tasks and which can be lost as a whole:
-a host of a local job (``launch(hosts=)``), a SLURM node, a Ray node. The job wants
+a host of a local job (``Local(hosts=)``), a SLURM node, a Ray node. The job wants
 ``max_workers`` training tasks (``workers``) and goes on with at least ``min_workers``.
 """
 

@@ -236,8 +236,8 @@ class Elastic:
         if left >= self.members.min_workers and left > 0:
             return
         need = (f"min_workers={self.members.min_workers}" if self.elastic else
-                f"all {self.members.max_workers} workers (no min_workers: pass min_workers= "
-                f"to go on without lost {self.word}s)")
+                f"all {self.members.max_workers} workers (no min_workers: pass "
+                f"restarts=Restarts(min_workers=) to go on without lost {self.word}s)")
         raise HostLostError(
             f"{self._places(silent)} is gone{' ' + when if when else ''}: "
             f"{self._reasons(silent)}; it did not answer within {self.grace:g} s (the join "

@@ -1,4 +1,4 @@
-"""Does a host answer? Probes for hosts a local job starts its tasks on (``launch(hosts=)``).
+"""Does a host answer? Probes for hosts a local job starts its tasks on (``Local(hosts=)``).
 
 A host answers when its start command runs (the prefix, e.g. ``ip netns exec NS`` or
 ``ssh node``, with a small Python program behind it) and its network is up: from there, the

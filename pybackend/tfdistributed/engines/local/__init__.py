@@ -1,6 +1,6 @@
 """The local engine: a cluster of TensorFlow tasks as separate processes on this machine
-(127.0.0.1 only, unless the caller names hosts of its own with ``hosts=``, e.g. network
-namespaces).
+(127.0.0.1 only, unless the caller names hosts of its own with
+``engine=tfd.engines.Local(hosts=)``, e.g. network namespaces).
 
 ``launch("train.py", workers=2)`` starts one OS process per task, each with its own TF_CONFIG on
 free loopback ports, streams every line it prints prefixed with its role and index
@@ -14,7 +14,7 @@ With ``ps > 0`` (parameter-server training), ``worker`` and ``ps`` tasks run
 ``chief`` (the coordinator); the job is done when the chief exits, and the servers are then
 stopped.
 
-How it is built: :class:`~.supervisor.LocalLauncher` (the engine, arguments checked once) makes
+How it is built: :class:`~.supervisor.LocalLauncher` (the engine, made from the checked plan) makes
 one :class:`~.supervisor.LocalJob` per attempt, following :mod:`tfdistributed.engines.base`'s
 protocol, in two modules:
 
@@ -27,8 +27,7 @@ protocol, in two modules:
   tasks never joined the cluster.
 """
 
-from .plan import LaunchPlan, TaskPlan, check_hosts, check_timeout, plan_launch
+from .plan import LaunchPlan, TaskPlan, plan_launch
 from .supervisor import LocalJob, LocalLauncher
 
-__all__ = ["LaunchPlan", "LocalJob", "LocalLauncher", "TaskPlan", "check_hosts", "check_timeout",
-           "plan_launch"]
+__all__ = ["LaunchPlan", "LocalJob", "LocalLauncher", "TaskPlan", "plan_launch"]

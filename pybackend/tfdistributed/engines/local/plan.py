@@ -18,7 +18,7 @@ import portpicker
 from ...strategies.runtime import prefer_pooled_cpu_allocator
 from ...cluster.local import Cluster
 from ...cluster.spec import parse_address
-from ...errors import ArgumentTypeError, ClusterConfigError, HostLostError, LaunchError
+from ...errors import ClusterConfigError, HostLostError, LaunchError
 from ..base import target_argv
 
 
@@ -68,17 +68,6 @@ class LaunchPlan:
     @property
     def parameter_server(self) -> bool:
         return self.cluster.parameter_server
-
-
-def check_timeout(timeout) -> float:
-    try:
-        timeout = float(timeout)
-    except (TypeError, ValueError):
-        raise ArgumentTypeError(
-            f"`timeout` must be a number of seconds, got {timeout!r}.") from None
-    if not timeout > 0:
-        raise ArgumentTypeError(f"`timeout` must be a positive number of seconds, got {timeout}.")
-    return timeout
 
 
 def _chosen_tasks(cluster: Cluster, tasks) -> list:
@@ -151,28 +140,15 @@ def on_hosts(cluster: Cluster, hosts) -> Cluster:
     return Cluster.of({role: addresses for role, addresses in jobs.items() if addresses})
 
 
-def check_hosts(hosts) -> dict:
-    """``launch(hosts=)`` as ``{host: [command prefix]}``."""
-    if hosts is None:
-        return {}
-    if not isinstance(hosts, dict) or not all(
-            isinstance(h, str) and isinstance(p, (list, tuple))
-            and all(isinstance(a, str) for a in p) for h, p in hosts.items()):
-        raise ArgumentTypeError(
-            f"`hosts` must map each host of the cluster to the command prefix that starts a "
-            f"process there, e.g. {{'10.77.0.2': ['ip', 'netns', 'exec', 'ns0']}}; got {hosts!r}.")
-    return {h: list(p) for h, p in hosts.items()}
-
-
 def plan_launch(target, cluster: Cluster, tasks=None, *, env=None, args=(), python=None,
-                rscript="Rscript", cwd=None, prepare_task=None, hosts=None) -> LaunchPlan:
+                rscript=None, cwd=None, prepare_task=None, hosts=None) -> LaunchPlan:
     """Each task's argv, environment and TF_CONFIG, for one attempt to start.
 
     ``cluster`` was checked already (:func:`~tfdistributed.cluster.checked_local`: loopback
     addresses or ``hosts`` only); here the ports of the tasks to start here must be free. A
-    task on one of ``hosts`` (checked by :func:`check_hosts`) runs behind that host's command
-    prefix. The plan's ``workdir`` holds a function target's call and results and is the
-    caller's to remove.
+    task on one of ``hosts`` (checked by :class:`~tfdistributed.engines.options.Local`) runs
+    behind that host's command prefix. The plan's ``workdir`` holds a function target's call
+    and results and is the caller's to remove.
     """
     hosts = hosts or {}
     wanted = _chosen_tasks(cluster, tasks)

@@ -28,8 +28,7 @@ from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, dying_with_t
 from ..output import Relay, error_summary, how_it_ended
 from ..elastic.probes import probe_hosts
 from ..warm import start_task, warm_start_wanted
-from .plan import (LaunchPlan, TaskPlan, check_hosts, check_timeout, host_of, on_hosts,
-                   plan_launch)
+from .plan import LaunchPlan, TaskPlan, host_of, on_hosts, plan_launch
 from ..restarts import failure_of
 
 
@@ -303,44 +302,45 @@ def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: 
 
 
 class LocalLauncher:
-    """The local engine (a :class:`~tfdistributed.engines.base.Launcher`): the arguments of
-    ``launch(backend="local")`` checked once; each attempt planned afresh (new ports unless
-    ``cluster`` is given) as a :class:`LocalJob`.
-
-    Args: as :func:`tfdistributed.launch`, whose docstring describes each.
+    """The local engine (a :class:`~tfdistributed.engines.base.Launcher`), made from a
+    :class:`~tfdistributed.engines.options.JobPlan` whose engine is a
+    :class:`~tfdistributed.engines.options.Local`, and the job's watch; each attempt planned
+    afresh (new ports unless the plan has a ``cluster``) as a :class:`LocalJob`.
     """
 
-    def __init__(self, target, workers=2, ps=0, chief=False, *, timeout, max_restarts=0,
-                 env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
-                 cwd=None, show_all=False, cluster=None, tasks=None, prepare_task=None,
-                 hosts=None, grace=5.0, watch=None, min_workers=None, grace_for_places=300.0,
-                 warm_start=None):
+    def __init__(self, plan, watch=None):
         import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
-        self.timeout = check_timeout(timeout)
-        self.warm_start = warm_start_wanted(warm_start)
-        if cluster is None and hosts is not None:
+        local = plan.engine
+        self.timeout = plan.timeout
+        self.warm_start = warm_start_wanted(local.warm_start)
+        if plan.cluster is None and local.hosts is not None:
             raise ArgumentTypeError("`hosts` names where the tasks of an explicit `cluster` run: "
                                     "pass the `cluster` whose addresses are on those hosts too.")
         self.counts = None
-        if cluster is None:
-            self.counts = (as_int(workers, "workers", minimum=1), as_int(ps, "ps", minimum=0),
-                           bool(chief))
-        self.max_restarts = max_restarts
-        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
-        self.target, self.grace = target, grace
-        self.hosts = check_hosts(hosts)
+        if plan.cluster is None:
+            self.counts = (as_int(plan.workers, "workers", minimum=1),
+                           as_int(plan.ps, "ps", minimum=0), bool(plan.chief))
+        self.max_restarts = plan.restarts.max_restarts
+        self.relay = Relay(echo=plan.echo, on_output=plan.on_output,
+                           show_all=plan.watch.show_all, watch=watch)
+        self.target, self.grace = plan.target, plan.restarts.grace
+        self.hosts = local.hosts or {}
         # An explicit cluster is validated once, here; restarts reuse its addresses.
-        self.cluster = None if cluster is None else checked_local(cluster, self.hosts)
-        self.options = dict(tasks=tasks, env=env, args=args, python=python, rscript=rscript,
-                            cwd=cwd, prepare_task=prepare_task, hosts=self.hosts)
-        self.min_workers, self.grace_for_places = min_workers, grace_for_places
-        if min_workers is not None and not self.places():
+        self.cluster = None if plan.cluster is None else checked_local(plan.cluster, self.hosts)
+        self.options = dict(tasks=local.tasks, env=plan.task_env(), args=plan.args,
+                            python=local.python, rscript=local.rscript, cwd=plan.cwd,
+                            prepare_task=local.prepare_task, hosts=self.hosts)
+        self.min_workers = plan.restarts.min_workers
+        self.grace_for_places = plan.restarts.lost_after
+        if self.min_workers is not None and not self.places():
             raise ArgumentTypeError(
                 "`min_workers` lets a job go on without hosts that are gone; a local job runs on "
                 "this machine only, which cannot be lost without the launcher. Give the job "
-                "hosts of its own (cluster= and hosts=), or run it on SLURM or Ray "
-                "(backend='slurm' / 'ray').")
+                "hosts of its own (cluster= and engine=Local(hosts=)), or run it on SLURM or Ray "
+                "(engine=Slurm() / Ray()).",
+                hints={"r": "E.g. engine = local_hosts(hosts = ...) with cluster =, or "
+                            "engine = slurm()."})
 
     def __enter__(self) -> "LocalLauncher":
         return self

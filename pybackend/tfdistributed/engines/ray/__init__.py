@@ -1,10 +1,10 @@
-"""Ray: ``launch(target, workers=N, backend="ray")`` runs one Ray actor per task
+"""Ray: ``launch(target, workers=N, engine=Ray())`` runs one Ray actor per task
 (:mod:`.launcher`), on the cluster Ray is connected to or on a local one
 (:func:`start_local_ray`). Ray itself is imported only when a job runs.
 """
 
 from __future__ import annotations
 
-from .launcher import launch_ray, start_local_ray
+from .launcher import start_local_ray
 
-__all__ = ["launch_ray", "start_local_ray"]
+__all__ = ["start_local_ray"]

@@ -1,10 +1,10 @@
 """Run a job on Ray: one Ray actor per task, each running the target as its own process.
 
-``launch(target, workers=N, backend="ray")`` runs the same ``.py`` / ``.R`` script or Python
+``launch(target, workers=N, engine=Ray())`` runs the same ``.py`` / ``.R`` script or Python
 function as the local launcher, on the Ray cluster this process is connected to
-(``ray.init(address=...)``, ``RAY_ADDRESS``, or ``address=``), else on a local Ray started for
-the job and shut down after it. Each task's output comes back prefixed with its role, its exit
-code and (functions) return value in a :class:`~tfdistributed.LaunchResult`.
+(``ray.init(address=...)``, ``RAY_ADDRESS``, or ``Ray(address=...)``), else on a local Ray
+started for the job and shut down after it. Each task's output comes back prefixed with its
+role, its exit code and (functions) return value in a :class:`~tfdistributed.LaunchResult`.
 
 Why plain actors and not Ray Train's ``TensorflowTrainer`` (read in ray 2.60,
 ``ray/train/tensorflow/config.py``): its backend writes a TF_CONFIG with ``worker`` tasks only
@@ -14,10 +14,10 @@ training loop is a function run inside Ray's worker process, so ``.R`` scripts, 
 codes and output, a timeout and cancelling one stuck task are not available; and its
 reporting/checkpoint API (``ray.train.report``) would put Ray code in the training script, which
 must not change between engines. What it adds, restarting the whole worker group after a
-failure, is ``max_restarts`` here, as on every engine (:mod:`tfdistributed.engines.restarts`; also
-``max_failures``, the name of Ray Train's ``FailureConfig``), and every
-Ray option of the actors (``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
-``scheduling_strategy``...) passes through ``ray_options``.
+failure, is ``Restarts(max_restarts=)`` here, as on every engine
+(:mod:`tfdistributed.engines.restarts`), and every Ray option of the actors (``num_cpus``,
+``num_gpus``, ``resources``, ``runtime_env``, ``scheduling_strategy``...) passes through
+``Ray(ray_options=)``.
 
 A task's process dies with its actor (``PR_SET_PDEATHSIG``), so ``ray.kill`` and a lost node
 leave nothing behind; a dead actor fails the job with the task's name.
@@ -41,9 +41,9 @@ from ...cluster.local import Cluster
 from ...errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
 from ..output import Relay, error_summary, how_it_ended
-from ..restarts import failure_of, run
+from ..restarts import failure_of
 
-_RAY_MISSING = ("launch(..., backend='ray') needs Ray: pip install 'tfdistributed[ray]' (or "
+_RAY_MISSING = ("launch(..., engine=Ray()) needs Ray: pip install 'tfdistributed[ray]' (or "
                 "\"ray[train]==2.60.0\").")
 
 
@@ -130,7 +130,7 @@ class _TaskActor:
         with open(path, "rb") as f:
             return f.read()
 
-    def stop(self, grace=5.0):
+    def stop(self, grace):
         import shutil
         import signal
 
@@ -172,7 +172,7 @@ def start_local_ray(num_cpus: int = 2, **init_options):
 
     Example:
         >>> start_local_ray(num_cpus=4)                       # doctest: +SKIP
-        >>> launch("train.py", workers=4, backend="ray")      # doctest: +SKIP
+        >>> launch("train.py", workers=4, engine=Ray())       # doctest: +SKIP
     """
     import sysconfig
 
@@ -222,61 +222,6 @@ def _import_ray():
     except ImportError:
         raise LaunchError(_RAY_MISSING) from None
     return ray
-
-
-def launch_ray(target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None, args=(),
-               on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
-               show_all=False, address=None, ray_options=None, max_restarts=0, max_failures=0,
-               grace=5.0, poll=0.25):
-    """Run ``target`` as a job of Ray actors; returns a :class:`~tfdistributed.LaunchResult`.
-
-    Also reached as ``launch(target, workers=N, backend="ray", ...)``.
-
-    Args:
-        address: a Ray cluster to connect to when this process is not connected yet (default:
-            ``RAY_ADDRESS``, else a local Ray with one CPU per task, shut down afterwards).
-        ray_options: options for every task's actor (``ActorClass.options()``); default
-            ``{"num_cpus": 1}``.
-        max_restarts: run the whole job again up to this many times after a failed task, as
-            :func:`launch` does (announced, ``TFDISTRIBUTED_ATTEMPT`` in every task, the same
-            failure twice in a row ends the job); a timeout is never retried.
-        max_failures: the same, by the name of Ray Train's ``FailureConfig(max_failures=...)``
-            (give one or the other).
-        python: the Python on the nodes (default: the one running each actor).
-        timeout, env, args, on_output, echo, rscript, cwd, show_all, grace: as :func:`launch`.
-            Script paths (and ``cwd``) must exist on every node (shared storage).
-
-    Returns:
-        A :class:`~tfdistributed.LaunchResult`, as :func:`launch`'s: each task's exit
-        code and output, a function target's return values, and the cluster (127.0.0.1 when
-        every actor is on this machine, else the nodes' addresses).
-
-    Raises:
-        LaunchError: a task failed or its actor died (named), on the last attempt (``.attempts``
-            lists every attempt's failure); or Ray is not installed.
-        LaunchTimeoutError: the job did not finish (or Ray could not place its tasks) in time.
-
-    Example:
-        >>> def rank():
-        ...     import json, os
-        ...     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-        >>> launch_ray(rank, workers=2, echo=False).values   # doctest: +SKIP
-        [0, 1]
-    """
-    return run(RayLauncher(target, workers, ps, chief, timeout=timeout, env=env, args=args,
-                           on_output=on_output, echo=echo, python=python, rscript=rscript,
-                           cwd=cwd, show_all=show_all, address=address, ray_options=ray_options,
-                           max_restarts=max_restarts, max_failures=max_failures, grace=grace,
-                           poll=poll))
-
-
-def _restarts_asked(max_restarts, max_failures) -> int:
-    max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
-    max_failures = as_int(max_failures, "max_failures", minimum=0)
-    if max_restarts and max_failures:
-        raise ArgumentTypeError(f"max_restarts ({max_restarts}) and max_failures "
-                                f"({max_failures}) are two names of one option: give one.")
-    return max_restarts or max_failures
 
 
 def _plan(target, workers, ps, chief, args, python, rscript):
@@ -476,31 +421,34 @@ class RayJob:
 
 
 class RayLauncher:
-    """The Ray engine (a :class:`~tfdistributed.engines.base.Launcher`): the arguments of
-    ``launch(backend="ray")`` (:func:`launch_ray`'s) checked once; ``with`` it, this process
+    """The Ray engine (a :class:`~tfdistributed.engines.base.Launcher`), made from a
+    :class:`~tfdistributed.engines.options.JobPlan` whose engine is a
+    :class:`~tfdistributed.engines.options.Ray`, and the job's watch; ``with`` it, this process
     is connected to Ray (a local Ray started for the job is shut down at the end); each attempt
     is a :class:`RayJob` of fresh actors."""
 
     place_word = "node"  # what a place of an elastic job is (engines/elastic)
 
-    def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, env=None,
-                 args=(), on_output=None, echo=True, python=None, rscript="Rscript", cwd=None,
-                 show_all=False, address=None, ray_options=None, max_restarts=0, max_failures=0,
-                 grace=5.0, poll=0.25, watch=None, min_workers=None, grace_for_places=300.0):
-        self.max_restarts = _restarts_asked(max_restarts, max_failures)
-        self.min_workers, self.grace_for_places = min_workers, grace_for_places
+    def __init__(self, plan, watch=None):
+        self.max_restarts = plan.restarts.max_restarts
+        self.min_workers = plan.restarts.min_workers
+        self.grace_for_places = plan.restarts.lost_after
         self._node_ids: dict = {}
-        if min_workers is not None and as_int(ps, "ps", minimum=0):
+        if self.min_workers is not None and as_int(plan.ps, "ps", minimum=0):
             raise ArgumentTypeError(
                 "`min_workers` on Ray applies to multi-worker jobs: a parameter-server job's "
                 "coordinator already goes on without a lost worker within the job, and cannot "
                 "go on without its ps tasks. Drop min_workers, or ps.")
         self.ray = _import_ray()
-        self.timeout = float(timeout)
-        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
-        self.job_args = (target, workers, ps, chief, args, python, rscript)
-        self.address, self.env, self.cwd = address, env, cwd
-        self.ray_options, self.grace, self.poll = ray_options, grace, poll
+        self.timeout = plan.timeout
+        self.relay = Relay(echo=plan.echo, on_output=plan.on_output,
+                           show_all=plan.watch.show_all, watch=watch)
+        engine = plan.engine
+        self.job_args = (plan.target, plan.workers, plan.ps, plan.chief, plan.args,
+                         engine.python, engine.rscript)
+        self.address, self.env, self.cwd = engine.address, plan.task_env(), plan.cwd
+        self.ray_options, self.poll = engine.ray_options, engine.poll
+        self.grace = plan.restarts.grace
         self.started_here = False
 
     def __enter__(self) -> "RayLauncher":

@@ -4,7 +4,7 @@ runs under ``srun``, and the public names of SLURM.
 ==============  ==========================================================================
 module          what it holds
 ==============  ==========================================================================
-``launcher``    the ``sbatch`` engine: ``launch(target, workers=N, backend="slurm")``
+``launcher``    the ``sbatch`` engine: ``launch(target, workers=N, engine=Slurm())``
                 submits, streams, follows and cancels a job (:class:`~.launcher.SlurmLauncher`)
 ``script``      the batch script of a job (:func:`~.script.slurm_script`)
 ``task``        what ``srun`` starts for each task: TF_CONFIG from SLURM, then the target

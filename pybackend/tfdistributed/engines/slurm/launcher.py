@@ -1,4 +1,4 @@
-"""The SLURM engine: ``launch(target, workers=N, backend="slurm")``, a job submitted with
+"""The SLURM engine: ``launch(target, workers=N, engine=Slurm(...))``, a job submitted with
 ``sbatch``.
 
 :class:`SlurmLauncher` writes a batch script (:func:`~.slurm_script.slurm_script`, also for
@@ -32,7 +32,7 @@ from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
 from ...cluster.from_slurm import layout
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
 from ..output import Relay, error_summary, how_it_ended
-from ..restarts import failure_of, run
+from ..restarts import failure_of
 from .script import slurm_script
 
 
@@ -63,7 +63,7 @@ class _Tail:
 def _slurm(argv, timeout=30.0) -> subprocess.CompletedProcess:
     tool = shutil.which(argv[0])
     if tool is None:
-        raise LaunchError(f"{argv[0]} is not on PATH: launch(..., backend='slurm') submits with "
+        raise LaunchError(f"{argv[0]} is not on PATH: launch(..., engine=Slurm()) submits with "
                           f"SLURM's client tools (Debian: slurm-client); run it on a machine that "
                           f"can submit jobs.")
     return subprocess.run([tool, *argv[1:]], capture_output=True, text=True, timeout=timeout)
@@ -86,12 +86,12 @@ def _cancel(job_id: str, wait: float = 30.0) -> None:
         time.sleep(0.3)
 
 
-def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, python, rscript,
-               job_name, partition, sbatch_args, srun_args):
-    """The plan: the job's batch script, written into ``jobdir``; its path, and whether the
-    target is a function (whose call and results go through ``jobdir`` too)."""
-    sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
-    python = python or sys.executable
+def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, slurm):
+    """The plan: the job's batch script, written into ``jobdir`` for a
+    :class:`~tfdistributed.engines.options.Slurm` engine; its path, and whether the target is
+    a function (whose call and results go through ``jobdir`` too). SLURM's ``--time`` is the
+    engine's ``time``, else the ``timeout`` left."""
+    python, rscript = slurm.python or sys.executable, slurm.rscript
     argv, is_function = target_argv(target, args, python, rscript, jobdir)
     task_env = dict(env or {})
     if is_function:
@@ -99,10 +99,10 @@ def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, 
         # The function may live in a module importable only from this process's sys.path.
         task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
-                          job_name=job_name, partition=partition, requeue=False,
-                          preemption_notice=None, time_limit=timeout / 60 + 1,
-                          sbatch_args=[f"--chdir={base}", *sbatch_args],
-                          srun_args=srun_args, python=python, rscript=rscript, argv=argv)
+                          job_name=slurm.job_name, partition=slurm.partition, requeue=False,
+                          preemption_notice=None, time_limit=slurm.time or timeout / 60 + 1,
+                          sbatch_args=[f"--chdir={base}", *slurm.sbatch_args],
+                          srun_args=slurm.srun_args, python=python, rscript=rscript, argv=argv)
     script_path = os.path.join(jobdir, "job.sh")
     with open(script_path, "w") as f:
         f.write(script)
@@ -267,33 +267,30 @@ class SlurmJob:
 
 
 class SlurmLauncher:
-    """The SLURM engine (a :class:`~tfdistributed.engines.base.Launcher`): the arguments of
-    ``launch(backend="slurm")`` (:func:`launch_slurm`'s) checked once; each attempt a job
+    """The SLURM engine (a :class:`~tfdistributed.engines.base.Launcher`), made from a
+    :class:`~tfdistributed.engines.options.JobPlan` whose engine is a
+    :class:`~tfdistributed.engines.options.Slurm`, and the job's watch; each attempt a job
     written to a directory of its own, as a :class:`SlurmJob`."""
 
     place_word = "node"  # what a place of an elastic job is (engines/elastic)
 
-    def __init__(self, target, workers=2, ps=0, chief=False, *, timeout=900.0, max_restarts=0,
-                 env=None, args=(), on_output=None, echo=True, python=None, rscript="Rscript",
-                 cwd=None, show_all=False, directory=None, keep_files=False, partition=None,
-                 sbatch_args=(), srun_args=(), job_name="tfdistributed", poll=0.25, watch=None,
-                 min_workers=None, grace_for_places=300.0):
-        self.timeout = float(timeout)
-        self.min_workers, self.grace_for_places = min_workers, grace_for_places
-        if min_workers is not None and as_int(ps, "ps", minimum=0):
+    def __init__(self, plan, watch=None):
+        self.timeout = plan.timeout
+        self.min_workers = plan.restarts.min_workers
+        self.grace_for_places = plan.restarts.lost_after
+        if self.min_workers is not None and as_int(plan.ps, "ps", minimum=0):
             raise ArgumentTypeError(
                 "`min_workers` on SLURM applies to multi-worker jobs: a parameter-server job's "
                 "coordinator already goes on without a lost worker within the job, and cannot "
                 "go on without its ps tasks. Drop min_workers, or ps.")
-        self.max_restarts = as_int(max_restarts, "max_restarts", minimum=0)
-        self.relay = Relay(echo=echo, on_output=on_output, show_all=show_all, watch=watch)
-        self.roles = layout(workers, ps, chief)
-        self.counts = (target, workers, ps, chief)
-        self.base = os.path.abspath(cwd or os.getcwd())
-        self.directory, self.keep_files = directory, keep_files
-        self.on_output, self.poll, self.env = on_output, poll, env
-        self.options = dict(args=args, python=python, rscript=rscript, job_name=job_name,
-                            partition=partition, sbatch_args=sbatch_args, srun_args=srun_args)
+        self.max_restarts = plan.restarts.max_restarts
+        self.relay = Relay(echo=plan.echo, on_output=plan.on_output,
+                           show_all=plan.watch.show_all, watch=watch)
+        self.roles = layout(plan.workers, plan.ps, plan.chief)
+        self.counts = (plan.target, plan.workers, plan.ps, plan.chief)
+        self.base = os.path.abspath(plan.cwd or os.getcwd())
+        self.slurm, self.on_output = plan.engine, plan.on_output
+        self.env, self.args = plan.task_env(), plan.args
 
     def __enter__(self) -> "SlurmLauncher":
         return self
@@ -304,37 +301,40 @@ class SlurmLauncher:
     def _jobdir(self, attempt: int) -> str:
         """A new directory under the base, or the caller's (``attempt-<n>`` in it for a
         restart's)."""
-        if self.directory is None:
+        directory = self.slurm.directory
+        if directory is None:
             return tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=self.base)
-        return os.path.join(self.directory, f"attempt-{attempt}") if attempt else self.directory
+        return os.path.join(directory, f"attempt-{attempt}") if attempt else directory
 
     def job(self, attempt: int, deadline: Deadline, places=None) -> SlurmJob:
-        """Attempt ``attempt``: its batch script written (SLURM's ``--time`` the time left);
+        """Attempt ``attempt``: its batch script written (SLURM's ``--time`` the engine's
+        ``time``, else the time left);
         with ``places`` (an elastic job), one worker on each of the first nodes of it."""
-        own_dir = self.directory is None
+        own_dir = self.slurm.directory is None
         jobdir = self._jobdir(attempt)
         os.makedirs(jobdir, exist_ok=True)
         target, workers, ps, chief = self.counts
         ps_mode = as_int(ps, "ps", minimum=0) > 0
-        env = dict(self.env or {}, **{ATTEMPT_ENV: str(attempt)})
-        options, roles = dict(self.options), self.roles
+        env = dict(self.env, **{ATTEMPT_ENV: str(attempt)})
+        slurm, roles = self.slurm, self.roles
         if places is not None:
             nodes = places[:self.trainers(places)]
             workers = len(nodes) - int(bool(chief))
             roles = layout(workers, ps, chief)
-            options["sbatch_args"] = [*_as_list(options["sbatch_args"]), f"--nodes={len(nodes)}",
-                                      "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}"]
+            slurm = slurm.replace(sbatch_args=[*slurm.sbatch_args, f"--nodes={len(nodes)}",
+                                               "--ntasks-per-node=1",
+                                               f"--nodelist={','.join(nodes)}"])
         try:
             script_path, is_function = _write_job(
                 target, workers, ps, chief, jobdir=jobdir, base=self.base,
-                timeout=max(1.0, deadline.left()), env=env, **options)
+                timeout=max(1.0, deadline.left()), env=env, args=self.args, slurm=slurm)
         except BaseException:
             if own_dir:
                 shutil.rmtree(jobdir, ignore_errors=True)
             raise
         return SlurmJob(jobdir, roles, ps_mode, self.relay, script_path=script_path,
-                        is_function=is_function, on_output=self.on_output, poll=self.poll,
-                        remove=own_dir and not self.keep_files)
+                        is_function=is_function, on_output=self.on_output, poll=slurm.poll,
+                        remove=own_dir and not slurm.keep_files)
 
     # -- nodes that come and go (engines/elastic) -------------------------------------------
     def places(self) -> list:
@@ -342,7 +342,7 @@ class SlurmLauncher:
         (``min_workers``); else none: SLURM itself picks the nodes of each attempt."""
         if self.min_workers is None:
             return []
-        return list(_node_states(self.options["partition"]))
+        return list(_node_states(self.slurm.partition))
 
     def trainers(self, places) -> int:
         """Workers the job runs on ``places``: one a node, at most ``workers`` (more nodes are
@@ -353,48 +353,8 @@ class SlurmLauncher:
     def probe(self, places, active) -> dict:
         """``{node: None if SLURM can give it to the job now (idle, or mixed with CPUs free),
         else what SLURM says of it}``."""
-        states = _node_states(self.options["partition"])
+        states = _node_states(self.slurm.partition)
         return {node: _unusable(states.get(node)) for node in places}
-
-
-def launch_slurm(target, workers=2, ps=0, chief=False, **options) -> LaunchResult:
-    """Run ``target`` as a SLURM job; returns a :class:`~tfdistributed.engines.base.LaunchResult`.
-
-    Also reached as ``launch(target, workers=N, backend="slurm", ...)``. The job runs the
-    script of :func:`tfdistributed.engines.slurm.slurm_script` (``.py``, ``.R`` or a Python
-    function, as :func:`launch`).
-
-    Args:
-        timeout: seconds from submission until the job is cancelled (queue time included,
-            restarts too); also given to SLURM (``--time``) in case this process dies.
-        max_restarts: submit the whole job again up to this many times after a failed task, as
-            :func:`launch` restarts a local job (announced, ``TFDISTRIBUTED_ATTEMPT`` in every
-            task, the same failure twice in a row ends it).
-        directory: the job's directory, on storage this machine and the nodes share; default a
-            new directory under ``cwd`` (or the working directory), removed afterwards unless
-            ``keep_files``. A restarted job's later attempts use ``attempt-<n>`` in it.
-        partition, sbatch_args, srun_args, job_name: passed to ``sbatch`` / ``srun``.
-        env, args, on_output, echo, python, rscript, show_all: as for :func:`launch`.
-
-    Returns:
-        A :class:`~tfdistributed.engines.base.LaunchResult`, as :func:`launch`'s; its ``job_id`` is
-        the SLURM job id (of the last attempt) and its ``cluster`` the cluster the tasks ran as.
-
-    Raises:
-        LaunchError: a task failed (the job is cancelled; on the last attempt) or the job ended
-            without its tasks; ``.results`` has every task's outcome.
-        LaunchTimeoutError: the job did not finish in time (it is cancelled).
-
-    Example:
-        >>> result = launch_slurm("train.py", workers=4, partition="gpu")   # doctest: +SKIP
-        >>> [t.returncode for t in result.tasks]                              # doctest: +SKIP
-        [0, 0, 0, 0]
-    """
-    return run(SlurmLauncher(target, workers, ps, chief, **options))
-
-
-def _as_list(args) -> list:
-    return [args] if isinstance(args, str) else list(args or ())
 
 
 def _node_states(partition) -> dict:

@@ -1,4 +1,4 @@
-"""The batch script of a SLURM job (:func:`slurm_script`): what ``launch(backend="slurm")``
+"""The batch script of a SLURM job (:func:`slurm_script`): what ``launch(engine=Slurm())``
 submits, and what a user can print, keep or submit by hand.
 
 A module of its own, below the engine (:mod:`tfdistributed.engines.slurm.launcher`), so that
@@ -18,12 +18,13 @@ from ..._args import as_int
 from ...errors import ArgumentTypeError
 from ...cluster.from_slurm import CHIEF_VARIABLE, PS_VARIABLE, layout
 from ..base import target_argv
+from ..options import DEFAULT_JOB_NAME
 from ...watch.channel import PREEMPTED_EXIT_CODE
 
 
 def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, directory=None,
-                 job_name="tfdistributed", partition=None, time_limit=None, sbatch_args=(),
-                 srun_args=(), python=None, rscript="Rscript", argv=None,
+                 job_name=DEFAULT_JOB_NAME, partition=None, time_limit=None, sbatch_args=(),
+                 srun_args=(), python=None, rscript=None, argv=None,
                  preemption_notice=120, requeue=True) -> str:
     """The ``sbatch`` script that runs ``target`` as a SLURM job (to print, keep or submit).
 
@@ -33,14 +34,16 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
     output goes to ``DIRECTORY/task-N.out``.
 
     Args:
-        target: a ``.py`` or ``.R`` script (function targets need ``launch(fn, backend="slurm")``).
+        target: a ``.py`` or ``.R`` script (function targets need
+            ``launch(fn, engine=Slurm())``).
         workers, ps, chief: the tasks; ``ps > 0`` adds the chief (the coordinator).
         args: command-line arguments for the script.
         env: extra environment variables for every task.
         directory: the job's directory on storage the nodes share; default
             ``tfdistributed-$SLURM_JOB_ID`` in the submission directory.
         job_name, partition: ``sbatch --job-name`` / ``--partition``.
-        time_limit: minutes for ``sbatch --time`` (SLURM stops the job then).
+        time_limit: ``sbatch --time`` (SLURM stops the job then): minutes, or SLURM's own
+            spelling (``"02:00:00"``).
         preemption_notice: with ``time_limit``, seconds before it at which SLURM sends the tasks
             SIGTERM (``--signal=TERM@N``; SLURM may send it up to a minute early). A training
             script calling ``fit(backup_dir=...)`` then backs up at its next backup step and
@@ -48,9 +51,10 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
         requeue: let SLURM requeue the job when it preempts it or loses a node
             (``--requeue``), and requeue it from the script when the tasks stopped because
             they were told to (status 75), so it resumes from its backup by itself.
-            ``launch(backend="slurm")`` passes False: it resubmits under ``max_restarts``.
+            ``launch(engine=Slurm())`` passes False: it resubmits under ``max_restarts``.
         sbatch_args, srun_args: more options, e.g. ``["--gres=gpu:1"]``, ``["--resv-ports"]``.
-        python, rscript: interpreters on the nodes (default: this Python, ``Rscript``).
+        python, rscript: interpreters on the nodes (default: this Python, ``Rscript`` on the
+            PATH).
         argv: the command each task runs, instead of the one derived from ``target``.
 
     Returns:
@@ -71,7 +75,9 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
     if argv is None:
         if callable(target):
             raise ArgumentTypeError("slurm_script() writes a script for a .py or .R file; to run a "
-                                    "Python function on SLURM use launch(fn, backend='slurm').")
+                                    "Python function on SLURM use launch(fn, engine=Slurm()).",
+                                    hints={"python": "E.g. launch(fn, "
+                                                     "engine=tfd.engines.Slurm())."})
         argv, _ = target_argv(os.path.abspath(os.fspath(target)), args, python, rscript, None)
     # SLURM opens the batch output file before the script runs, so it cannot go into a
     # directory the script creates.
@@ -86,7 +92,8 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
     if time_limit:
-        lines.append(f"#SBATCH --time={int(math.ceil(time_limit))}")
+        limit = time_limit if isinstance(time_limit, str) else int(math.ceil(time_limit))
+        lines.append(f"#SBATCH --time={limit}")
         if preemption_notice:
             notice = as_int(preemption_notice, "preemption_notice", minimum=1)
             lines.append(f"#SBATCH --signal=TERM@{notice}")

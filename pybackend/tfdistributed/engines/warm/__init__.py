@@ -2,19 +2,19 @@
 that has imported TensorFlow already, instead of each task importing it (~3 s of CPU per Python
 task on a laptop-class core, ~5 s per R task: R, reticulate and Python start too).
 
-``launch(..., warm_start=True)`` (or ``TFDISTRIBUTED_WARM_START=1`` in the environment) starts,
-once per launching process, a *warm server*: ``python -m tfdistributed.engines.warm.server``,
-run with the tasks' environment, imports TensorFlow, Keras and tfdistributed and waits on a
-Unix socket in a private directory. For each task the launcher sends the task's argv,
-environment and working directory, and the write end of the pipe its output goes to; the
-server forks, and the child becomes the task as ``python argv...`` would have run it (its own
-session and process group, stdin from ``/dev/null``, ``sys.argv``, ``sys.path[0]``, ``__main__``,
-the exit status of an uncaught exception or ``sys.exit``, ``atexit`` handlers, NumPy's global
-random state drawn afresh). The server reaps it and sends its exit status (or the signal that
-killed it, as a negative code, as :class:`subprocess.Popen` does) back to the launcher. The
-task is a separate process like any other: its own TensorFlow runtime (TensorFlow starts its
-threads and runtime lazily, after the fork), its own gRPC server, killed, signalled and
-inspected (``py-spy``) by pid as before.
+``launch(..., engine=Local(warm_start=True))`` (or ``TFDISTRIBUTED_WARM_START=1`` in the
+environment) starts, once per launching process, a *warm server*: ``python -m
+tfdistributed.engines.warm.server``, run with the tasks' environment, imports TensorFlow, Keras
+and tfdistributed and waits on a Unix socket in a private directory. For each task the launcher
+sends the task's argv, environment and working directory, and the write end of the pipe its
+output goes to; the server forks, and the child becomes the task as ``python argv...`` would
+have run it (its own session and process group, stdin from ``/dev/null``, ``sys.argv``,
+``sys.path[0]``, ``__main__``, the exit status of an uncaught exception or ``sys.exit``,
+``atexit`` handlers, NumPy's global random state drawn afresh). The server reaps it and sends
+its exit status (or the signal that killed it, as a negative code, as :class:`subprocess.Popen`
+does) back to the launcher. The task is a separate process like any other: its own TensorFlow
+runtime (TensorFlow starts its threads and runtime lazily, after the fork), its own gRPC server,
+killed, signalled and inspected (``py-spy``) by pid as before.
 
 What is not the same as a fresh interpreter, and so when a task starts the usual way:
 
@@ -28,9 +28,9 @@ What is not the same as a fresh interpreter, and so when a task starts the usual
   kind, Python and R, live at once). Every other variable (the task's ``TF_CONFIG``, its
   attempt, a user's own) is set in the child, whose ``os.environ`` is the task's whole
   environment;
-- a task run through a command prefix (``hosts=``: another network namespace), by another
-  interpreter (``python=``), or with a ``preexec_fn`` (``prepare_task``) always starts the
-  usual way;
+- a task run through a command prefix (``Local(hosts=)``: another network namespace), by
+  another interpreter (``Local(python=)``), or with a ``preexec_fn`` (``prepare_task``)
+  always starts the usual way;
 - TensorFlow's own start-up lines (oneDNN, CUDA) are printed once by the server, not by each
   task;
 - seen from outside, a task's command line and environment (``ps``, ``/proc/PID/cmdline``

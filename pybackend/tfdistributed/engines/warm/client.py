@@ -54,8 +54,8 @@ _PER_TASK = ("R_SESSION_TMPDIR", "R_SESSION_INITIALIZED")
 _R_COLD_OPTIONS = ("--verbose", "--help", "--version")
 
 def warm_start_wanted(warm_start) -> bool:
-    """``launch(warm_start=)`` checked: ``None`` reads ``TFDISTRIBUTED_WARM_START`` (``"1"``:
-    on) from the process environment as it is now (R's ``Sys.setenv()`` included)."""
+    """``Local(warm_start=)`` at launch: ``None`` reads ``TFDISTRIBUTED_WARM_START`` (``"1"``: on)
+    from the process environment as it is now (R's ``Sys.setenv()`` included)."""
     if warm_start is None:
         value = (process_getenv(WARM_START_ENV) or "").strip()
         if value not in ("", "0", "1"):
