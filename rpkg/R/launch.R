@@ -1,13 +1,13 @@
-#' Run a training script as a local cluster
+#' Run a training script as a cluster of tasks
 #'
-#' Starts one process per task on this machine, each with its own TF_CONFIG on
-#' free loopback ports, and prints every line they write prefixed with the
-#' task (`[worker 1] ...`), but for each task's Keras progress: the job shows
-#' one progress display of its own (`progress`). In R Markdown the output
-#' lands in the document. When it is done, `$history` holds the job's
-#' training history and `$workers` each task's figures. On
-#' the first failure, or at the timeout, every process is stopped and the R
-#' error names the task and shows its last output.
+#' Starts one process per task, each with its own TF_CONFIG (on this
+#' computer: free loopback ports), and prints every line they write prefixed
+#' with the task (`[worker 1] ...`), but for each task's Keras progress: the
+#' job shows one progress display of its own ([watching()]). In R Markdown the
+#' output lands in the document. When it is done, `$history` holds the job's
+#' training history and `$workers` each task's figures. On the first failure,
+#' or at the timeout, every process is stopped and the R error names the task
+#' and shows its last output.
 #'
 #' The script is the same one you run on a laptop: it calls
 #' `distribute_strategy("auto")` (or `"multi_worker_mirrored"`), which reads the
@@ -16,91 +16,50 @@
 #' chief (the parameter-server coordinator) and workers and ps tasks run
 #' TensorFlow servers.
 #'
+#' Where the job runs, how it heals and what is shown of it are three
+#' objects: `engine` ([local_hosts()], [slurm()] or [ray()]), `restarts`
+#' ([restarts()]) and `watch` ([watching()]). Each is built from the
+#' arguments you give it; the others, like the arguments of `launch_cluster()`
+#' left `NULL`, take the backend's defaults (2 workers, no ps, no chief, a
+#' 15-minute timeout).
+#'
+#' The arguments of before those objects (`backend = "slurm"`,
+#' `partition = "cpu"`, `max_restarts = 2`, `stall_warning = 30`, ...) still
+#' work in this release, with a warning that gives the new spelling (here
+#' `engine = slurm(partition = "cpu")`, `restarts = restarts(max_restarts = 2)`,
+#' `watch = watching(stall_warning = 30)`); they go in the next one.
+#'
 #' @param script Path of a `.R` or `.py` training script.
-#' @inheritParams local_cluster
-#' @inheritParams distribute_strategy
-#' @param timeout Seconds for the whole job; then every process is stopped.
-#'   `NULL`: the backend's default (15 minutes).
+#' @param workers Number of worker tasks.
+#' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
+#' @param chief Add a chief task.
+#' @param timeout Seconds for the whole job, restarts included; then every
+#'   process is stopped.
 #' @param env Named character vector of extra environment variables for every task.
 #' @param args Command-line arguments for the script.
 #' @param echo Print each task's output as it arrives.
-#' @param max_restarts How many times to restart the whole job after a task
-#'   fails or is preempted (exit status 75 after a SIGTERM, see
-#'   [fit_distributed()]'s `backup_dir`): every task is stopped and the job
-#'   starts again on new ports, announced in the output with the failed task,
-#'   its error line and the attempt. A task that fails the same way twice in a
-#'   row is a bug, not bad luck: the job stops there. An interrupt (Ctrl-C)
-#'   stops everything and restarts nothing. With `backup_dir` in the script's
-#'   `fit_distributed()`, a restarted job resumes from its last backup.
-#' @param min_workers Let the job go on with fewer workers when hosts it runs
-#'   on are gone for good: `workers` is the size the job wants, `min_workers`
-#'   the fewest it trains with. Needs places that can be lost: `hosts` (with
-#'   `cluster`), or the `"slurm"` or `"ray"` backend (nodes). After a failure, a
-#'   host that does not answer within `join_timeout` is lost: the job restarts
-#'   on the others from its backup (`fit_distributed(backup_dir =)`), with the
-#'   same global batch and learning rate, at the most workers over which the
-#'   global batch splits evenly. A lost host is probed in the background; when
-#'   it answers again, the job grows back at its next backup. These restarts do
-#'   not count in `max_restarts`. Without `min_workers`, a lost host ends the
-#'   job with an error of class `tfdistributed_host_lost_error` naming it.
-#' @param warm_start For the `"local"` backend, `TRUE` forks each task from a
-#'   process that has loaded TensorFlow already, started once per R session,
-#'   instead of each task loading it: for an `.R` script an `Rscript` that has
-#'   loaded this package, reticulate, Python and TensorFlow (about 5 s of CPU
-#'   less per task), for a `.py` script a Python (about 3 s). The task runs as
-#'   a fresh `Rscript` or `python` would run it (output, errors, exit status,
-#'   `commandArgs()`, its own `tempdir()` and random seed), but cannot change
-#'   variables read at import (`KERAS_BACKEND`, ...) before it imports them.
-#'   Tasks on `hosts` start the usual way. `NULL`: on when the environment
-#'   variable `TFDISTRIBUTED_WARM_START` is `"1"`.
-#' @param backend Where the tasks run: `"local"` (processes on this machine),
-#'   `"slurm"` (a job submitted with `sbatch` from the script of
-#'   [slurm_script()]; each task's output is followed from its file, and the job
-#'   is cancelled with `scancel` on a failure, the timeout or an interrupt) or
-#'   `"ray"` (one Ray actor per task, on the Ray cluster Python is connected to,
-#'   or a local one). The script itself does not change.
-#' @param ... Options of the `"slurm"` backend (`partition`, `sbatch_args`,
-#'   `srun_args`, `directory`, `keep_files`, `job_name`) or of the `"ray"`
-#'   backend (`address`, `ray_options`, `max_failures`).
-#' @param cluster For the `"local"` backend, the cluster to run instead of one
-#'   on free loopback ports: a [tf_cluster()] (its `workers`, `ps` and `chief`
-#'   replace those arguments). Its addresses must be loopback or on `hosts`.
-#' @param hosts With `cluster`, hosts you set up yourself, each with the
-#'   command that starts a process there: a named list, names the hosts'
-#'   addresses, values character vectors such as
-#'   `c("ip", "netns", "exec", "ns0")`. Each task whose address is on one of
-#'   them runs behind that command; an address on no host (and not loopback) is
-#'   an error naming it.
-#' @param progress One progress display for the whole job instead of each
-#'   task's Keras progress bar (`[tfdistributed] epoch 3/10 - 12/22 - loss:
-#'   ...`, with the job's examples/s, elapsed and remaining time): `TRUE` (one
-#'   line redrawn in an interactive session, else a line per epoch, so knitr,
-#'   `Rscript` and [base::sink()] get plain lines), `"lines"`, `"live"` or `FALSE`.
-#'   Stragglers and stalls are named in the output either way.
-#' @param stall_warning Seconds without a training step from any task before
-#'   the output names the task the others wait for and where it is; `NULL`:
-#'   never.
-#' @param stall_timeout Seconds without a step after which every task ends
-#'   (exit status 76), so that `max_restarts` restarts the job; `NULL` (the
-#'   default): a stall is named, not ended.
-#' @param show_all Also print each task's Keras progress lines and
-#'   TensorFlow's start-up lines (always kept in `$output`).
-#' @param tensorboard A directory for the job's TensorBoard event files,
-#'   written by this session alone as the job runs: the history's metrics
-#'   (`train/`, `validation/`, as Keras' TensorBoard callback writes them), each
-#'   task's examples/s and the restarts (`job/`). `NULL`: none.
+#' @param engine Where the tasks run: [local_hosts()] (this computer, the
+#'   default), [slurm()] or [ray()].
+#' @param ... The arguments of before the option objects (`backend`,
+#'   `max_restarts`, `partition`, ...), for one release.
+#' @param restarts How the job heals after a failure: [restarts()].
+#' @param watch What is shown of the job: [watching()].
+#' @param cluster The cluster to run instead of `workers`, `ps` and `chief`: a
+#'   [tf_cluster()], its addresses loopback or on the hosts of
+#'   [local_hosts()] (this computer's engine only).
 #' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
 #'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
-#'   lines, `$seconds` the wall time, `$cluster` the cluster; `$restarts` the
+#'   lines, `$seconds` the wall time, `$cluster` the cluster, `$backend` the
+#'   engine's name; `$restarts` the
 #'   number of restarts and `$attempts` a data frame with one row per attempt
 #'   (`attempt`, the failed `task`, how it `ended`, its `error` line,
 #'   `preempted`, and `resized` when it ended because the hosts of an elastic
 #'   job changed; `NA` for the attempt that succeeded). Tasks, output and
 #'   cluster are those of the last attempt. `$sizes` is a data frame with
-#'   one row per size an elastic job (`min_workers`) ran at: `attempt`,
-#'   `workers`, `wanted`, `why` (`"start"`, `"lost"`, `"back"`), `places` (the
-#'   hosts or nodes that left or came), `position` (the step it resumed from)
-#'   and `seconds` (since the start); no rows for other jobs.
+#'   one row per size an elastic job (`restarts(min_workers =)`) ran at:
+#'   `attempt`, `workers`, `wanted`, `why` (`"start"`, `"lost"`, `"back"`),
+#'   `places` (the hosts or nodes that left or came), `position` (the step it
+#'   resumed from) and `seconds` (since the start); no rows for other jobs.
 #'
 #'   What the tasks reported while they trained, from scripts that call
 #'   [fit_distributed()] or plain `model$fit()`: `$history` is the job's
@@ -131,48 +90,106 @@
 #' \dontrun{
 #' # Not run here: it needs a SLURM cluster and a Ray cluster (the article
 #' # "Running on a cluster" starts both and runs these for real).
-#' # The same script on a SLURM cluster or on Ray:
-#' launch_cluster("train.R", workers = 4, backend = "slurm", partition = "gpu")
-#' launch_cluster("train.R", workers = 2, backend = "ray")
+#' # The same script on a SLURM cluster or on Ray, restarted up to twice:
+#' launch_cluster("train.R", workers = 4, engine = slurm(partition = "gpu"),
+#'                restarts = restarts(max_restarts = 2))
+#' launch_cluster("train.R", workers = 2, engine = ray())
 #' }
-launch_cluster <- function(script, workers = 2, ps = 0, chief = FALSE, timeout = NULL,
-                           env = NULL, args = NULL, echo = TRUE, backend = "local", ...,
-                           max_restarts = 0, cluster = NULL, hosts = NULL, progress = TRUE,
-                           stall_warning = 60, stall_timeout = NULL, show_all = FALSE,
-                           tensorboard = NULL, join_timeout = NULL, min_workers = NULL,
-                           warm_start = NULL) {
+launch_cluster <- function(script, workers = NULL, ps = NULL, chief = NULL, timeout = NULL,
+                           env = NULL, args = NULL, echo = TRUE, engine = NULL, ...,
+                           restarts = NULL, watch = NULL, cluster = NULL) {
   script <- as_string(script)
   echo <- as_flag(echo)
-  options <- list(...)
-  check_named(options, "...", what = "named options of the backend", example = 'partition = "gpu"')
+  if (...length()) {
+    options <- old_launch_arguments(list(...), as.list(substitute(list(...)))[-1],
+                                    list(engine = engine, restarts = restarts, watch = watch))
+    engine <- options$engine
+    restarts <- options$restarts
+    watch <- options$watch
+  }
   check_named(env, example = 'c(MY_VAR = "1")')
   env_py <- if (is.null(env)) NULL else reticulate::r_to_py(as.list(vapply(env, as.character, "")))
   if (!is.null(args) && (!is.atomic(args) || anyNA(args))) {
     tfd_abort("`args` must be a character vector of command-line arguments, got ", describe(args), ".")
   }
+  engine <- with_rscript(if (is.null(engine)) local_hosts() else engine)
+  watch <- with_progress_mode(if (is.null(watch)) watching() else watch)
   # Output is relayed through an R function called on R's own thread, so cat() output is
   # captured by knitr and sink(); Python's own echo would bypass them.
   console <- if (echo) console_writer() else NULL
   on.exit(if (!is.null(console)) console$close(), add = TRUE)
   # Rscript tasks find this package where this session does.
   env_py <- merge_env(env_py, R_LIBS = paste(.libPaths(), collapse = .Platform$path.sep))
-  # Left out (NULL), the timeout is the backend's default.
-  arguments <- c(list(
-    normalizePath(script, mustWork = FALSE), workers = as_integer(workers), ps = as_integer(ps),
-    chief = as_flag(chief), env = env_py, args = py_list(as.character(args)),
-    on_output = console$write, echo = FALSE, rscript = file.path(R.home("bin"), "Rscript"),
-    backend = as_string(backend), max_restarts = as_integer(max_restarts),
-    progress = progress_mode(progress), stall_warning = as_number(stall_warning),
-    stall_timeout = as_number(stall_timeout), show_all = as_flag(show_all)),
-    if (!is.null(timeout)) list(timeout = as_number(timeout)),
-    if (!is.null(join_timeout)) list(join_timeout = as_number(join_timeout)),
-    if (!is.null(min_workers)) list(min_workers = as_integer(min_workers)),
-    if (!is.null(warm_start)) list(warm_start = as_flag(warm_start)),
-    if (!is.null(cluster)) list(cluster = cluster_to_py(cluster)),
-    if (!is.null(hosts)) list(hosts = hosts_to_py(hosts)),
-    if (!is.null(tensorboard)) list(tensorboard = path.expand(as_string(tensorboard))), options)
+  # What is left NULL is not passed on: the backend's default applies.
+  given <- Filter(Negate(is.null), list(
+    workers = as_integer(workers), ps = as_integer(ps),
+    chief = as_flag(chief, allow_null = TRUE), timeout = as_number(timeout),
+    cluster = if (!is.null(cluster)) cluster_to_py(cluster), restarts = restarts))
+  arguments <- c(list(normalizePath(script, mustWork = FALSE)), given, list(
+    env = env_py, args = py_list(as.character(args)), on_output = console$write, echo = FALSE,
+    engine = engine, watch = watch))
   result <- with_backend(do.call(backend()$launch, arguments))
-  launch_result(result, backend)
+  launch_result(result, engine$name)
+}
+
+# An engine as R runs it: its .R tasks run with this R's Rscript unless it names one.
+with_rscript <- function(engine) {
+  if (!is_py(engine) || !reticulate::py_has_attr(engine, "rscript") || !is.null(engine$rscript)) {
+    return(engine)
+  }
+  with_backend(engine$replace(rscript = file.path(R.home("bin"), "Rscript")))
+}
+
+# `progress = TRUE` is "live" (a redrawn line) only where someone watches the console; knitr,
+# Rscript and sink() get a line per epoch. Python checks the other values.
+with_progress_mode <- function(watch) {
+  if (!is_py(watch) || !reticulate::py_has_attr(watch, "progress") || !isTRUE(watch$progress)) {
+    return(watch)
+  }
+  with_backend(watch$replace(progress = if (interactive()) "live" else "lines"))
+}
+
+# launch_cluster()'s arguments of before the option objects (backend =, max_restarts =,
+# partition =...), kept for one release: the backend says which object holds each one now
+# (tfdistributed/engines/deprecated.py), R's constructors build it from the values given, and the
+# call warns once with the new spelling, written from the call's own expressions.
+old_launch_arguments <- function(old, expressions, objects, call = rlang::caller_env()) {
+  check_named(old, "...", what = "named arguments",
+              example = "restarts = restarts(max_restarts = 2)", call = call)
+  groups <- with_backend(backend()$engines$regroup(py_list(names(old)), old[["backend"]]),
+                         call = call)
+  makers <- list(engine = switch(groups$engine, local = "local_hosts", slurm = "slurm",
+                                 ray = "ray"),
+                 restarts = "restarts", watch = "watching")
+  spelled <- character()
+  for (group in names(makers)) {
+    moved <- unlist(groups[[if (group == "engine") "engine_fields" else group]])
+    if (!length(moved) && !(group == "engine" && !is.null(old[["backend"]]))) {
+      next
+    }
+    if (!is.null(objects[[group]])) {
+      tfd_abort(paste0("`", if (length(moved)) names(moved) else "backend", "`", collapse = ", "),
+                " and `", group, "` were both given: give the option in ", group, " = ",
+                makers[[group]], "(...) only.", call = call)
+    }
+    values <- stats::setNames(old[names(moved)], unname(moved))
+    objects[[group]] <- do.call(makers[[group]], values)
+    texts <- vapply(names(moved), function(name) {
+      paste(moved[[name]], "=", paste(deparse(expressions[[name]]), collapse = " "))
+    }, "")
+    spelled <- c(spelled, sprintf("%s = %s(%s)", group, makers[[group]],
+                                  paste(texts, collapse = ", ")))
+  }
+  given <- vapply(names(old), function(name) {
+    paste(name, "=", paste(deparse(expressions[[name]]), collapse = " "))
+  }, "")
+  warning(structure(class = c("tfdistributed_deprecated", "deprecatedWarning", "warning",
+                              "condition"),
+    list(message = paste0("launch_cluster(", paste(given, collapse = ", "), "): these ",
+                          "arguments are deprecated and go in the next release; use ",
+                          paste(spelled, collapse = ", "), "."),
+         call = rlang::frame_call(call))))
+  objects
 }
 
 # The R object of a Python LaunchResult.
@@ -199,12 +216,6 @@ launch_result <- function(result, backend) {
     sizes = sizes_frame(result$sizes)
   ), class = "tfdistributed_launch")
   invisible(out)
-}
-
-# `progress = TRUE` is "live" (a redrawn line) only where someone watches the console; knitr,
-# Rscript and sink() get a line per epoch. Python checks the other values.
-progress_mode <- function(progress) {
-  if (isTRUE(progress)) if (interactive()) "live" else "lines" else progress
 }
 
 # Writes the job's lines to R's console: a live progress line starts with "\r" and redraws

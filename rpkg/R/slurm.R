@@ -18,7 +18,7 @@
 #' @return The TF_CONFIG of this task (class `tfdistributed_tf_config`; it is
 #'   not set).
 #' @seealso [slurm_script()] for a batch script whose tasks get theirs this
-#'   way, [launch_cluster()] with `backend = "slurm"` to submit a job from R.
+#'   way, [launch_cluster()] with `engine = slurm()` to submit a job from R.
 #' @family cluster configuration
 #' @export
 #' @examples
@@ -42,7 +42,7 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #' (+ `ps` + chief) tasks, each with its TF_CONFIG, built from SLURM's
 #' environment as [tf_config_from_slurm()] shows it. `writeLines()` it to a
 #' file and submit it with `sbatch`, or let
-#' `launch_cluster(script, backend = "slurm")` do both and follow the job.
+#' `launch_cluster(script, engine = slurm())` do both and follow the job.
 #'
 #' @inheritParams launch_cluster
 #' @param ps Number of parameter-server tasks; with `ps > 0` the job also gets

@@ -49,7 +49,7 @@
 #' @param check_shards Check that a dataset can be sharded before training.
 #' @param backup_dir A directory every worker can read (shared storage on a
 #'   real cluster): the chief backs training up there, and a job started again
-#'   (by hand, or by [launch_cluster()]'s `max_restarts`) resumes from the last
+#'   (by hand, or by [launch_cluster()]'s [restarts()]) resumes from the last
 #'   backup instead of from the start. Removed when training completes. With a
 #'   backup directory, a SIGTERM (the preemption notice of SLURM, Kubernetes or
 #'   a spot VM) makes every worker stop at the next backup, once written, with

@@ -137,9 +137,9 @@ with_backend <- function(expr, call = rlang::caller_env()) {
 }
 
 # A preempted fit() (SIGTERM with a backup_dir) backs up, then asks to exit with status 75 so
-# that launch_cluster(max_restarts =) or the scheduler restarts the job. From Rscript, that is
-# what happens (an R error would exit with 1, an ordinary failure); an interactive session gets
-# an R error of class tfdistributed_preempted instead of being closed.
+# that launch_cluster(restarts = restarts(max_restarts =)) or the scheduler restarts the job.
+# From Rscript, that is what happens (an R error would exit with 1, an ordinary failure); an
+# interactive session gets an R error of class tfdistributed_preempted instead of being closed.
 exit_as_asked <- function(e, call) {
   status <- tryCatch(as.integer(e$code), error = function(err) 1L)
   if (!interactive()) {

@@ -1,10 +1,11 @@
-# Warm starts of R tasks (launch_cluster(warm_start = TRUE) with an .R script). The launcher
-# starts `Rscript [options] serve.R` once, whose one line calls this: R, reticulate, Python,
-# TensorFlow, Keras and the backend are loaded here once, and each task is a fork of this
-# process (pybackend/tfdistributed/engines/warm/rtask.py). In the parent, serving returns FALSE
-# when the launcher is done with the server; in a forked child it returns TRUE, the child being
-# its task already (its output, environment, working directory, commandArgs(), tempdir()), and
-# R then reads and runs the task's script from the same `--file=` as Rscript would.
+# Warm starts of R tasks (launch_cluster(engine = local_hosts(warm_start = TRUE)) with an .R
+# script). The launcher starts `Rscript [options] serve.R` once, whose one line calls this: R,
+# reticulate, Python, TensorFlow, Keras and the backend are loaded here once, and each task is a
+# fork of this process (pybackend/tfdistributed/engines/warm/rtask.py). In the parent, serving
+# returns FALSE when the launcher is done with the server; in a forked child it returns TRUE,
+# the child being its task already (its output, environment, working directory, commandArgs(),
+# tempdir()), and R then reads and runs the task's script from the same `--file=` as Rscript
+# would.
 warm_task_server <- function(socket, ready, server_file) {
   rtask <- reticulate::import("tfdistributed.engines.warm.rtask")
   # A fork copies one thread: a package's background thread is stopped before serving and

@@ -1,4 +1,4 @@
-"""launch_cluster(backend = "slurm" / "ray") and tf_config_from_slurm() from R, against the real
+"""launch_cluster(engine = slurm() / ray()) and tf_config_from_slurm() from R, against the real
 engines of tests/conftest.py (a single-node SLURM cluster, a local Ray with 2 CPUs).
 
 The same R script (tests/python/scripts/mwms_digits.R, distribute_strategy("auto") inside) runs
@@ -28,7 +28,7 @@ def identical_weights(outdir):
 def test_launch_cluster_runs_an_r_script_on_slurm(r, slurm_cluster, tmp_path):
     r(f"""
       engine_job <- launch_cluster("{SCRIPT}", workers = 2, args = "{tmp_path}",
-                                   timeout = 300, echo = FALSE, backend = "slurm")
+                                   timeout = 300, echo = FALSE, engine = slurm())
     """)
     assert list(r("engine_job$tasks$returncode")) == [0, 0]
     assert list(r("engine_job$tasks$task_type")) == ["worker", "worker"]
@@ -46,7 +46,7 @@ def test_launch_cluster_runs_an_r_script_on_the_connected_ray_cluster(ray_cluste
     code = f"""
       library(tfdistributed)
       job <- launch_cluster("{SCRIPT}", workers = 2, args = "{tmp_path}", timeout = 300,
-                            backend = "ray")
+                            engine = ray())
       print(job)
       cat("backend:", job$backend, "\n")
     """
@@ -66,7 +66,7 @@ def test_launch_cluster_failure_is_an_r_error_naming_the_task(r, slurm_cluster, 
                       'Sys.sleep(300)\n')
     message = r(f"""
       tryCatch(launch_cluster("{script}", workers = 2, timeout = 120, echo = FALSE,
-                              backend = "slurm"),
+                              engine = slurm()),
                tfdistributed_error = function(e) conditionMessage(e))
     """)[0]
     assert "Task worker 1 exited with status 1" in message and "worker one gives up" in message
@@ -74,6 +74,11 @@ def test_launch_cluster_failure_is_an_r_error_naming_the_task(r, slurm_cluster, 
 
 
 def test_unknown_backend_and_unnamed_options_are_r_errors(r):
+    message = r("""tryCatch(launch_cluster("%s", engine = "slurm"),
+                   tfdistributed_error = function(e) conditionMessage(e))""" % SCRIPT)[0]
+    assert "`engine` must be an engine (Local, Slurm or Ray)" in message, message
+    assert message.endswith("E.g. engine = slurm()."), message
+    # The old spelling, for one release.
     message = r("""tryCatch(launch_cluster("%s", backend = "slrum"),
                    tfdistributed_error = function(e) conditionMessage(e))""" % SCRIPT)[0]
     assert "`backend` must be 'local', 'slurm' or 'ray'" in message and "'slurm'" in message
@@ -102,7 +107,7 @@ def test_launch_cluster_timeout_cancels_the_slurm_job(r, slurm_cluster, tmp_path
     script.write_text('cat("started\\n"); Sys.sleep(300)\n')
     message = r(f"""
       tryCatch(launch_cluster("{script}", workers = 2, timeout = 4, echo = FALSE,
-                              backend = "slurm"),
+                              engine = slurm()),
                tfdistributed_error = function(e) conditionMessage(e))
     """)[0]
     assert "did not finish within 4 s and was cancelled" in message
@@ -116,7 +121,7 @@ def test_a_failing_r_task_on_ray_is_an_r_error_naming_it(ray_cluster, tmp_path):
     code = f"""
       library(tfdistributed)
       message <- tryCatch(launch_cluster("{script}", workers = 2, timeout = 120, echo = FALSE,
-                                         backend = "ray"),
+                                         engine = ray()),
                           tfdistributed_error = function(e) conditionMessage(e))
       cat(message, "\\n")
     """

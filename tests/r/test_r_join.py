@@ -64,9 +64,10 @@ def test_launch_cluster_passes_a_whole_double_join_timeout_to_every_task(tmp_pat
     script.write_text('cat("join timeout", Sys.getenv("TFDISTRIBUTED_JOIN_TIMEOUT"), "\\n")\n')
     done = _r(f"""
     library(tfdistributed)
-    job <- launch_cluster("{script}", workers = 1, join_timeout = 40, echo = FALSE)
+    job <- launch_cluster("{script}", workers = 1, restarts = restarts(join_timeout = 40),
+                          echo = FALSE)
     cat(unlist(job$output), sep = "\\n")
-    print(tryCatch(launch_cluster("{script}", join_timeout = "soon"), error = conditionMessage))
+    print(tryCatch(restarts(join_timeout = "soon"), error = conditionMessage))
     """)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]

@@ -1,5 +1,5 @@
-"""Jobs that heal themselves, driven from R: launch_cluster(max_restarts =) restarts a failed
-job, says so, and reports every attempt; a failure that repeats is named, not retried forever;
+"""Jobs that heal themselves, driven from R: launch_cluster(restarts = restarts(max_restarts =))
+restarts a failed job, says so, and reports every attempt; a failure that repeats is named, not retried forever;
 an R interrupt stops everything and restarts nothing. The tasks are small R scripts without
 TensorFlow (tests/python/engines/test_self_healing.py trains for real; the multi-worker tutorial kills a
 training worker during its render)."""
@@ -27,8 +27,8 @@ def test_launch_cluster_restarts_a_failed_job_and_reports_the_attempts(r):
     lines = list(r(f"""
       restart_job <- NULL
       restart_output <- utils::capture.output(
-        restart_job <- launch_cluster("{FLAKY}", workers = 2, args = "once", max_restarts = 2,
-                                      timeout = 120))
+        restart_job <- launch_cluster("{FLAKY}", workers = 2, args = "once",
+                                      restarts = restarts(max_restarts = 2), timeout = 120))
       restart_output
     """))
     announced = [line for line in lines if line.startswith("[tfdistributed]")]
@@ -47,8 +47,8 @@ def test_launch_cluster_restarts_a_failed_job_and_reports_the_attempts(r):
 
 def test_a_failure_that_repeats_is_named_not_retried_to_the_end(r):
     message = r(f"""
-      tryCatch(launch_cluster("{FLAKY}", workers = 2, args = "always", max_restarts = 5,
-                              timeout = 120, echo = FALSE),
+      tryCatch(launch_cluster("{FLAKY}", workers = 2, args = "always",
+                              restarts = restarts(max_restarts = 5), timeout = 120, echo = FALSE),
                tfdistributed_launch_error = conditionMessage)
     """)[0]
     assert "the data server went away" in message, message
@@ -61,7 +61,8 @@ def test_an_r_interrupt_stops_every_task_and_restarts_nothing(tmp_path):
     script.write_text(f"""
       library(tfdistributed)
       outcome <- tryCatch(
-        launch_cluster("{FLAKY}", workers = 2, args = "hang", max_restarts = 3, timeout = 200),
+        launch_cluster("{FLAKY}", workers = 2, args = "hang", restarts = restarts(max_restarts = 3),
+                       timeout = 200),
         interrupt = function(e) "INTERRUPTED")
       cat("OUTCOME", if (identical(outcome, "INTERRUPTED")) outcome else "finished", "\\n")
     """)

@@ -99,9 +99,15 @@ test_that("the per-task records become a data frame, NA where nothing was measur
 })
 
 test_that("progress = TRUE is a redrawn line only in an interactive session", {
-  expect_identical(progress_mode(TRUE), if (interactive()) "live" else "lines")
-  expect_identical(progress_mode(FALSE), FALSE)
-  expect_identical(progress_mode("live"), "live")
+  skip_if_no_backend()
+  expect_identical(with_progress_mode(watching())$progress, if (interactive()) "live" else "lines")
+  expect_identical(with_progress_mode(watching(progress = TRUE))$progress,
+                   if (interactive()) "live" else "lines")
+  expect_identical(with_progress_mode(watching(progress = FALSE))$progress, FALSE)
+  expect_identical(with_progress_mode(watching(progress = "live"))$progress, "live")
+})
+
+test_that("the console writer redraws a live line and ends it before the next one", {
   console <- console_writer()
   shown <- capture.output({
     console$write("[worker 0] starting")
@@ -117,16 +123,70 @@ test_that("progress = TRUE is a redrawn line only in an interactive session", {
                             "\r[tfdistributed] epoch 2/2 - 1/10"))
 })
 
-test_that("the progress arguments are checked, in R or by the backend", {
+test_that("the watch's arguments are checked, in R or by the backend", {
+  skip_if_no_backend()
+  expect_error(watching(progress = "bars"), "`progress` must be", class = "tfdistributed_error")
+  expect_error(watching(stall_warning = "soon"), "`stall_warning` must be a single number",
+               class = "tfdistributed_error")
+  expect_error(watching(stall_timeout = 0), "`stall_timeout` must be a number of seconds",
+               class = "tfdistributed_error")
+  # The error is the call the user wrote.
+  err <- expect_error(watching(stall_timeout = 0))
+  expect_identical(conditionCall(err), quote(watching(stall_timeout = 0)))
+})
+
+test_that("each option object is built from the arguments given, the others Python's defaults", {
+  skip_if_no_backend()
+  tfd <- backend()
+  expect_identical(restarts()$max_restarts, tfd$Restarts()$max_restarts)
+  expect_identical(watching()$stall_warning, tfd$Watch()$stall_warning)
+  # NULL is a value when it is given: no stall warning at all.
+  expect_null(watching(stall_warning = NULL)$stall_warning)
+  policy <- restarts(max_restarts = 3, min_workers = 2)
+  expect_identical(c(policy$max_restarts, policy$min_workers), c(3L, 2L))
+  expect_identical(reticulate::py_repr(policy), "Restarts(max_restarts=3, min_workers=2)")
+  engine <- slurm(partition = "cpu", time = "02:00:00", sbatch_args = "--gres=gpu:1")
+  expect_identical(reticulate::py_repr(engine),
+                   "Slurm(partition='cpu', time='02:00:00', sbatch_args=('--gres=gpu:1',))")
+  expect_identical(ray(ray_options = list(num_cpus = 2))$ray_options, list(num_cpus = 2))
+  expect_identical(local_hosts(hosts = list("10.77.0.2" = "ssh"))$hosts,
+                   list("10.77.0.2" = "ssh"))
+  expect_error(restarts(max_restarts = 1.5), "`max_restarts` must be a single whole number",
+               class = "tfdistributed_error")
+  expect_error(slurm(time = "two hours"), "`time` must be SLURM's --time",
+               class = "tfdistributed_argument_type_error")
+  expect_error(slurm(nodes = 2), "unexpected keyword argument", class = "tfdistributed_error")
+  expect_error(launch_cluster("x.R", engine = "slurm"), "E.g. engine = slurm\\(\\)",
+               class = "tfdistributed_argument_type_error")
+})
+
+test_that("the arguments of before the option objects still work, with one warning", {
   skip_if_no_backend()
   script <- withr::local_tempfile(fileext = ".R")
-  writeLines("invisible(NULL)", script)
-  expect_error(launch_cluster(script, progress = "bars"), "`progress` must be",
-               class = "tfdistributed_error")
-  expect_error(launch_cluster(script, stall_warning = "soon"), "`stall_warning` must be a single number",
-               class = "tfdistributed_error")
-  expect_error(launch_cluster(script, stall_timeout = 0), "`stall_timeout` must be a number of seconds",
-               class = "tfdistributed_error")
+  writeLines(c("attempt <- Sys.getenv('TFDISTRIBUTED_ATTEMPT')",
+               "cat('attempt', attempt, Sys.getenv('TFDISTRIBUTED_STALL_WARNING'), '\n')",
+               "if (attempt == '0') quit(status = 3)"), script)
+  limit <- 30
+  warned <- testthat::capture_warnings(
+    job <- launch_cluster(script, workers = 1, timeout = 120, echo = FALSE, warm_start = FALSE,
+                          max_restarts = 1, stall_warning = limit, progress = FALSE))
+  expect_identical(warned, paste0(
+    "launch_cluster(warm_start = FALSE, max_restarts = 1, stall_warning = limit, progress = ",
+    "FALSE): these arguments are deprecated and go in the next release; use engine = ",
+    "local_hosts(warm_start = FALSE), restarts = restarts(max_restarts = 1), watch = ",
+    "watching(stall_warning = limit, progress = FALSE)."))
+  expect_identical(job$restarts, 1L)
+  expect_identical(job$output[["worker 0"]], "attempt 1 30 ")
+  # The warning comes first, then what the call does (here: a wrong timeout, before any job).
+  warned <- testthat::capture_warnings(failed <- tryCatch(
+    launch_cluster("x.R", backend = "slurm", partition = "cpu", timeout = -1),
+    tfdistributed_error = conditionMessage))
+  expect_match(warned, 'use engine = slurm\\(partition = "cpu"\\)\\.$')
+  expect_match(failed, "positive number")
+  expect_error(launch_cluster("x.R", max_restarts = 1, restarts = restarts()),
+               "`max_restarts` and `restarts` were both given", class = "tfdistributed_error")
+  expect_error(launch_cluster("x.R", partition = "cpu"), "`partition` is an option of the slurm",
+               class = "tfdistributed_argument_type_error")
 })
 
 test_that("an elastic job's sizes become a data frame and print as changes", {
@@ -157,10 +217,10 @@ test_that("min_workers needs hosts that can be lost, and a whole number", {
   skip_if_no_backend()
   script <- withr::local_tempfile(fileext = ".R")
   writeLines("invisible(NULL)", script)
-  expect_error(launch_cluster(script, workers = 2, min_workers = 1), "runs on this machine only",
+  expect_error(launch_cluster(script, workers = 2, restarts = restarts(min_workers = 1)),
+               "runs on this machine only.*engine = local_hosts\\(hosts = \\.\\.\\.\\)",
                class = "tfdistributed_argument_type_error")
-  expect_error(launch_cluster(script, workers = 2, min_workers = 1.5), "min_workers",
-               class = "tfdistributed_error")
+  expect_error(restarts(min_workers = 1.5), "min_workers", class = "tfdistributed_error")
 })
 
 test_that("warm_start forks a Python script's tasks from a warm Python, and must be a flag", {
@@ -169,7 +229,8 @@ test_that("warm_start forks a Python script's tasks from a warm Python, and must
   writeLines(c("import json, os",
                "print('index', json.loads(os.environ['TF_CONFIG'])['task']['index'], os.getppid())"),
              script)
-  job <- launch_cluster(script, workers = 2, warm_start = TRUE, echo = FALSE, progress = FALSE)
+  job <- launch_cluster(script, workers = 2, engine = local_hosts(warm_start = TRUE), echo = FALSE,
+                        watch = watching(progress = FALSE))
   expect_identical(job$tasks$returncode, c(0L, 0L))
   # Both tasks came from the one warm server of this R session: the same parent, not R's Python.
   parents <- vapply(job$output, function(out) {
@@ -178,8 +239,7 @@ test_that("warm_start forks a Python script's tasks from a warm Python, and must
   }, 0L)
   expect_identical(length(unique(parents)), 1L)
   expect_false(parents[[1]] == Sys.getpid())
-  expect_error(launch_cluster(script, workers = 2, warm_start = "yes"), "warm_start",
-               class = "tfdistributed_error")
+  expect_error(local_hosts(warm_start = "yes"), "warm_start", class = "tfdistributed_error")
 })
 
 test_that("warm_start forks an R script's tasks from a warm Rscript, run as Rscript runs them", {
@@ -189,8 +249,9 @@ test_that("warm_start forks an R script's tasks from a warm Rscript, run as Rscr
                "cat('args', args, '\n')",
                "cat('parent', reticulate::import('os')$getppid(), '\n')",
                "if (args[[1]] == 'fail') stop('on purpose')"), script)
-  job <- launch_cluster(script, workers = 2, args = c("ok", "b c"), warm_start = TRUE,
-                        echo = FALSE, progress = FALSE)
+  job <- launch_cluster(script, workers = 2, args = c("ok", "b c"),
+                        engine = local_hosts(warm_start = TRUE), echo = FALSE,
+                        watch = watching(progress = FALSE))
   expect_identical(job$tasks$returncode, c(0L, 0L))
   lines <- unlist(job$output)
   expect_identical(sum(lines == "args ok b c "), 2L)
@@ -199,7 +260,8 @@ test_that("warm_start forks an R script's tasks from a warm Rscript, run as Rscr
   expect_identical(length(unique(parents)), 1L)
   expect_false(parents[[1]] == Sys.getpid())
   # An error ends the task as Rscript ends it: the message, "Execution halted", status 1.
-  err <- expect_error(launch_cluster(script, workers = 1, args = "fail", warm_start = TRUE,
-                                     echo = FALSE, progress = FALSE),
+  err <- expect_error(launch_cluster(script, workers = 1, args = "fail",
+                                     engine = local_hosts(warm_start = TRUE), echo = FALSE,
+                                     watch = watching(progress = FALSE)),
                       "exited with status 1", class = "tfdistributed_error")
 })

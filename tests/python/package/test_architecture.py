@@ -17,7 +17,10 @@ short functions, and an R package that uses only the backend's public names.
   engine's launcher is made from one plan: at most 8 parameters.
 - Each default of ``launch()``'s options is written once: no function or dataclass of the
   backend retypes it under the option's name (a named constant is fine: it is the one place),
-  and no ``DEFAULT_*`` constant is defined in two modules.
+  no ``DEFAULT_*`` constant is defined in two modules, and R's launch functions
+  (``launch_cluster()``, ``local_hosts()``, ``slurm()``, ``ray()``, ``restarts()``,
+  ``watching()``) give their options no default but ``NULL`` or none: R passes on only what the
+  user gave.
 """
 
 from __future__ import annotations
@@ -335,6 +338,9 @@ OPTIONS = PACKAGE / "engines" / "options.py"
 OPTION_CLASSES = ("Engine", "Local", "Slurm", "Ray", "Restarts", "Watch")
 # The cluster's shape: local_cluster() and slurm_script() have a shape of their own to default.
 SHAPE = ("target", "workers", "ps", "chief")
+R_LAUNCH_FUNCTIONS = ("launch_cluster", "local_hosts", "slurm", "ray", "restarts", "watching")
+# R's own: launch_cluster() prints the lines itself (Python's echo is always off from R).
+R_OWN = {("launch_cluster", "echo")}
 
 
 def _function(path: Path, name: str) -> ast.FunctionDef:
@@ -429,6 +435,42 @@ def _retyped(defaults: dict) -> list:
     return found
 
 
+def _r_functions() -> dict:
+    """``{name: [(formal, default text or None), ...]}`` of every function in rpkg/R/*.R."""
+    found = {}
+    for path in sorted((ROOT / "rpkg" / "R").glob("*.R")):
+        text = path.read_text()
+        for match in re.finditer(r"^([A-Za-z_.][\w.]*) <- function\(", text, re.M):
+            depth, i, start = 1, match.end(), match.end()
+            while depth:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            formals, depth, piece = [], 0, ""
+            for ch in text[start:i - 1] + ",":
+                if ch == "," and depth == 0:
+                    name, _, default = piece.partition("=")
+                    formals.append((name.strip(), default.strip() or None))
+                    piece = ""
+                    continue
+                depth += {"(": 1, ")": -1}.get(ch, 0)
+                piece += ch
+            found[match.group(1)] = [f for f in formals if f[0]]
+    return found
+
+
+def _r_literal(text):
+    """The value of an R literal default (a number, a string, TRUE/FALSE), else None."""
+    if text is None or text == "NULL":
+        return None
+    if text in ("TRUE", "FALSE"):
+        return text == "TRUE"
+    if re.fullmatch(r'"[^"]*"', text):
+        return text[1:-1]
+    if re.fullmatch(r"-?\d+(\.\d+)?L?", text):
+        return float(text.rstrip("L"))
+    return None
+
+
 def test_launch_takes_the_target_the_shape_and_a_few_option_objects():
     launch = _function(PACKAGE / "engines" / "launch.py", "launch")
     a = launch.args
@@ -474,7 +516,29 @@ def test_no_default_of_the_launch_options_is_written_twice_in_python():
     assert not twice, twice
 
 
+def test_r_passes_the_launch_options_through_without_retyping_their_defaults():
+    defaults = option_defaults()
+    launch = _function(PACKAGE / "engines" / "launch.py", "launch")
+    parameters = {x.arg for x in launch.args.args + launch.args.kwonlyargs}
+    functions = _r_functions()
+    missing = [name for name in R_LAUNCH_FUNCTIONS if name not in functions]
+    assert not missing, missing
+    given = []
+    for name in R_LAUNCH_FUNCTIONS:
+        for formal, default in functions[name]:
+            if (formal in defaults or formal in parameters) and default not in (None, "NULL") \
+                    and (name, formal) not in R_OWN:
+                given.append(f"{name}({formal} = {default})")
+    assert not given, "R gives these options a default of its own: " + ", ".join(given)
+    retyped = [f"{name}({formal} = {default})" for name, formals in functions.items()
+               for formal, default in formals
+               if formal in defaults and _r_literal(default) is not None
+               and _r_literal(default) == defaults[formal] and (name, formal) not in R_OWN]
+    assert not retyped, "R retypes these defaults of the launch options: " + ", ".join(retyped)
+
+
 def test_the_default_checks_see_a_retyped_default():
     assert _literal(ast.parse("60.0").body[0].value, {}) == (True, 60.0)
     assert _literal(ast.parse("None").body[0].value, {}) == (False, None)
     assert not _same(True, 1) and _same(60, 60.0)
+    assert _r_literal("60") == 60.0 and _r_literal("TRUE") is True and _r_literal("NULL") is None

@@ -314,22 +314,25 @@ R_LAUNCH = """
 library(tfdistributed)
 hosts <- list("10.77.0.2" = strsplit(Sys.getenv("H0"), " ")[[1]],
               "10.77.0.3" = strsplit(Sys.getenv("H1"), " ")[[1]])
-job <- launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE, hosts = hosts,
+job <- launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE,
+                      engine = local_hosts(hosts = hosts),
                       cluster = tf_cluster(workers = c("10.77.0.2:2222", "10.77.0.3:2222")))
 cat(unlist(job$output), sep = "\\n")
 cat("\\nreturncodes", job$tasks$returncode, "\\n")
 names(hosts)[1] <- "10.77.0.9"
-tryCatch(launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE, hosts = hosts,
+tryCatch(launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE,
+                        engine = local_hosts(hosts = hosts),
                         cluster = tf_cluster(workers = c("10.77.0.9:2222", "10.77.0.3:2222"))),
          tfdistributed_error = function(e) cat("R error:", gsub("\\n", " ", conditionMessage(e)), "\\n"))
-tryCatch(launch_cluster(Sys.getenv("TASK"), hosts = list("10.77.0.2"),
+tryCatch(launch_cluster(Sys.getenv("TASK"), engine = local_hosts(hosts = list("10.77.0.2")),
                         cluster = tf_cluster(workers = "10.77.0.2:2222")),
          tfdistributed_error = function(e) cat("R error:", gsub("\\n", " ", conditionMessage(e)), "\\n"))
 """
 
 
 def test_launch_cluster_from_r_runs_tasks_on_the_hosts_it_is_given(bed, tmp_path):
-    # launch_cluster(cluster = tf_cluster(...), hosts = list(address = prefix)): each R task runs
+    # launch_cluster(cluster = tf_cluster(...), engine = local_hosts(hosts = list(address =
+    # prefix))): each R task runs
     # in its host's namespace at that host's address; a task at an address no host has is an R
     # error naming it, and a hosts list without commands says what it must hold.
     from enginesupport import r_env
