@@ -56,13 +56,10 @@ def launch(target, workers=2, ps=0, chief=False, *, cluster=None, timeout=DEFAUL
         cwd: the tasks' working directory (default: this process's).
         on_output: called with each ``"[worker 0] line"``, from the calling thread.
         echo: also print each such line.
-        engine: where the tasks run: :class:`~tfdistributed.engines.Local` (default),
-            :class:`~tfdistributed.engines.Slurm` or :class:`~tfdistributed.engines.Ray`.
+        engine: where the tasks run: ``tfd.engines.Local()`` (default), ``Slurm()`` or ``Ray()``.
         restarts: how the job heals: a :class:`~tfdistributed.Restarts` (default: no restart).
         watch: what is shown of the job: a :class:`~tfdistributed.Watch`.
-        **deprecated_keywords: the options' old spellings (``max_restarts=2``, ``backend=
-            "slurm"``, ``partition="cpu"``...): they work for one release, with a
-            ``DeprecationWarning`` giving the new one.
+        **deprecated_keywords: the old spellings (``max_restarts=2``...), for one release, warned.
 
     Returns:
         A :class:`LaunchResult`: each task's :class:`TaskResult` (exit code, output, return

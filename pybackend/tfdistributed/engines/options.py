@@ -136,11 +136,9 @@ class Local(Engine):
 
     Args:
         hosts: ``{address: command prefix}`` of hosts of your own the ``cluster`` names.
-        warm_start: fork each task from a process that loaded TensorFlow once (None: as
-            ``TFDISTRIBUTED_WARM_START`` says).
+        warm_start: fork each task from a warm process (None: ``TFDISTRIBUTED_WARM_START``).
         tasks: start only these ``(task_type, task_index)`` of the cluster.
-        prepare_task: called with each task's :class:`~tfdistributed.engines.local.TaskPlan`
-            before it starts.
+        prepare_task: called with each task's :class:`~.local.TaskPlan` before it starts.
         python, rscript: as :class:`Engine`.
 
     Example:
@@ -262,9 +260,7 @@ class Restarts(_Options):
     Args:
         max_restarts: how many times a failed job is started again as a whole.
         min_workers: the fewest workers the job goes on with when hosts are gone for good.
-        join_timeout: seconds a task waits for the others to join (default: the join
-            timeout of :mod:`tfdistributed.cluster.join`); also how long a lost host may take
-            to answer.
+        join_timeout: seconds a task waits for the others to join, and a lost host to answer.
         grace: seconds between SIGTERM and SIGKILL when tasks are stopped.
 
     Example:
@@ -295,8 +291,7 @@ class Watch(_Options):
     """What the launcher shows of a running job.
 
     Args:
-        progress: one progress display for the job: True (a redrawn line in a terminal, else a
-            line per epoch), ``"lines"``, ``"live"`` or False (each task's own).
+        progress: the job's display: True, ``"lines"``, ``"live"``, or False (each task's own).
         stall_warning: seconds without a step before the stalled task is named (None: never).
         stall_timeout: seconds without a step after which every task ends (None: never).
         tensorboard: a directory for the job's TensorBoard event files.
@@ -344,8 +339,7 @@ class JobPlan:
     engine's launcher is made from (``engine(plan.engine.name)(plan, watch)``).
 
     Args:
-        target, workers, ps, chief, cluster, timeout, env, args, cwd, on_output, echo: as
-            :func:`~tfdistributed.launch`.
+        target, workers, ps, chief, cluster, timeout, env, args, cwd, on_output, echo: launch's.
         engine: a :class:`Local`, :class:`Slurm` or :class:`Ray`.
         restarts: a :class:`Restarts`.
         watch: a :class:`Watch`.
