@@ -96,8 +96,10 @@ def _gathered(strategy, workers: int, pair) -> list:
         return tf.distribute.get_replica_context().all_gather(
             tf.constant([list(pair)], tf.int64), axis=0)
 
+    # In a tf.function: run eagerly, TensorFlow warns of its overhead in every worker's output.
     with strategy.scope():
-        rows = strategy.experimental_local_results(strategy.run(gather))[0].numpy()
+        rows = strategy.experimental_local_results(
+            tf.function(lambda: strategy.run(gather))())[0].numpy()
     per_worker = strategy.num_replicas_in_sync // workers
     return [tuple(int(v) for v in row) for row in rows[::per_worker]]
 
