@@ -113,9 +113,19 @@ def test_pkgdown_config_lists_every_article_and_topic():
     expected += sorted(f"articles/{p.stem}" for p in ARTICLES.glob("*.Rmd"))
     expected.append("articles/conformance")   # made from CONFORMANCE.md by scripts/docsite.py
     assert sorted(listed) == sorted(expected)
-    menu = [item.get("href") for item in config["navbar"]["components"]["articles"]["menu"]]
+    # Every article is in a menu of the navbar: the users' in Articles, the one for people
+    # working on tfdistributed itself in Contributing, not among the users' guides.
+    components = config["navbar"]["components"]
+    assert "contributing" in config["navbar"]["structure"]["left"]
+    menus = {name: [item.get("href") for item in components[name]["menu"]]
+             for name in ("articles", "contributing")}
     for name in expected:
-        assert f"articles/{name.split('/')[-1]}.html" in menu, name
+        page = f"articles/{name.split('/')[-1]}.html"
+        where = "contributing" if name == "articles/development" else "articles"
+        assert page in menus[where], (name, where)
+    assert "articles/development.html" not in menus["articles"]
+    sections = {section["title"]: section["contents"] for section in config["articles"]}
+    assert sections["Contributing"] == ["articles/development"]
     # Each help page's family (\concept) has a section, or the page is listed by name.
     selectors = [c for section in config["reference"] for c in section["contents"]]
     for rd in sorted((ROOT / "rpkg" / "man").glob("*.Rd")):
