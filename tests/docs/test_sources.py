@@ -1,7 +1,8 @@
 """The documentation's sources agree with each other and with the rules of the site, checked
 without building it (fast: part of `make check`).
 
-- The README is short and points into the site; its quick starts are chunks of the articles
+- The README is short, for users, and points into the site: no date and no measured run (those
+  are the development and Performance articles'); its quick starts are chunks of the articles
   that run them when the site is built (R: Getting started; Python: Getting started from
   Python), so the code on the home page is code that ran.
 - Every other code block of the site either runs (a knitr chunk) or says it does not, and why:
@@ -46,7 +47,7 @@ def chunk(path: Path, label: str) -> str:
 
 def test_readme_is_short_and_points_into_the_site():
     lines = README.splitlines()
-    assert len(lines) <= 200, f"README.md has {len(lines)} lines; the details go in the articles"
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; the details go in the articles"
     for command in ("make demo", "make test", "make check", "make docs", "make bench"):
         assert command in README, command
     # Every tutorial and guide is one link away.
@@ -55,6 +56,33 @@ def test_readme_is_short_and_points_into_the_site():
             continue
         source = f"vignettes/{name}.Rmd"
         assert f"]({source})" in README, f"the README does not link to {source}"
+
+
+# What a measured run reads like: a timing of the suite, CPU seconds, a count of tests run,
+# "measured on ...". They belong to the development article (the suite) and the Performance
+# article (the benchmarks), where each number is named with the run it came from.
+MEASURED_RUN = [
+    (r"\b\d+ min(?: \d+ s)?\b", "a timing (\"26 min 50 s\")"),
+    (r"\bCPU s\b|\bs of CPU\b|\bseconds of CPU\b", "CPU seconds"),
+    (r"\bof pytest\b", "a timing of pytest"),
+    (r"\b\d[\d,]* tests\b", "a count of tests"),
+    (r"(?i)\bmeasured\b", "\"measured ...\""),
+    (r"\d+(?:-\d+)?% busy", "how busy the cores were"),
+]
+
+
+def test_readme_is_for_users_no_date_and_no_measured_run():
+    """The README (and so the site's home page) says what tfdistributed is, how to install it,
+    the quick starts and where to read next: no date, no timing of the test suite or the
+    benchmarks (a README that logged runs grew into a diary of the suite)."""
+    dates = re.findall(r"20\d\d-\d\d-\d\d", README)
+    assert not dates, f"README.md holds dates: {dates}"
+    for pattern, what in MEASURED_RUN:
+        found = re.findall(pattern, README)
+        assert not found, f"README.md holds {what}: {found}; it goes in the articles"
+    for heading in ("## Install", "## Quick start (R)", "## Quick start (Python)",
+                    "## Where to read next", "## Develop"):
+        assert heading in README, heading
 
 
 def test_readme_links_lead_to_files_of_the_repository():
