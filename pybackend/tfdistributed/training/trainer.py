@@ -63,9 +63,11 @@ def _check_model(model, strategy, what: str):
             f"under another strategy ({strategy_kind(built_under)})"
         raise TrainingError(
             f"The model was built {where}, but {what}() was asked to use the {kind!r} strategy. "
-            f"Build and compile the model inside the strategy's scope.",
-            hints={"python": "E.g. with strategy.scope(): model = ...; model.compile(...)",
-                   "r": "E.g. with(strategy$scope(), { model <- ...; model$compile(...) })"})
+            f"Build the model (its layers) inside the strategy's scope; compile() may be called "
+            f"inside or outside it.",
+            hints={"python": "E.g. with strategy.scope(): model = keras.Sequential([...])",
+                   "r": "E.g. with(strategy$scope(), { model <- keras_model_sequential() %>% "
+                        "layer_dense(10) })"})
     for variable in model.weights[:1]:
         value = getattr(variable, "value", variable)
         if kind != "default" and not strategy.extended.variable_created_in_scope(value):
@@ -75,7 +77,7 @@ def _check_model(model, strategy, what: str):
                 f"`strategy.scope()`.")
     if not getattr(model, "compiled", False):
         raise TrainingError(f"The model is not compiled: call model.compile(optimizer=..., "
-                            f"loss=...) inside the strategy's scope before {what}().")
+                            f"loss=...) before {what}().")
     return strategy, placement
 
 

@@ -59,7 +59,8 @@ test_that("a model built outside the scope is refused with the fix", {
   model <- linear_model()
   d <- regression_data()
   expect_error(fit_distributed(model, d$x, d$y, strategy = test_strategy("mirrored")),
-               "Build and compile the model inside the strategy's scope", class = "tfdistributed_training_error")
+               "Build the model (its layers) inside the strategy's scope", fixed = TRUE,
+               class = "tfdistributed_training_error")
   expect_error(fit_distributed("model", d$x, d$y), "needs a Keras model", class = "tfdistributed_error")
 })
 
