@@ -6,7 +6,8 @@ TensorFlow's C++ layer prints INFO lines (oneDNN, "Could not find cuda drivers")
 machine without a GPU, "failed call to cuInit: ... CUDA error" before its logging is configured,
 so TF_CPP_MIN_LOG_LEVEL cannot silence them. `make demo` and `make test` run through this
 script: every line goes to LOG, and the terminal gets the rest (the same filter the launcher
-applies to its tasks). The command's exit status is returned.
+applies to its tasks). Its last line is the command's wall time (for `make test`, the suite's:
+its budget is 30 minutes on a 2-core machine). The command's exit status is returned.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from tfdistributed.engines.output import NOISE
 
@@ -29,6 +31,7 @@ def main(argv: list[str]) -> int:
     # Ctrl-C reaches the command (same process group); this process only waits for its end.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     hidden = 0
+    started = time.monotonic()
     with open(log_path, "wb") as log, subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env) as proc:
         for raw in iter(proc.stdout.readline, b""):
@@ -41,6 +44,8 @@ def main(argv: list[str]) -> int:
             sys.stdout.flush()
     if hidden:
         print(f"({hidden} lines of TensorFlow start-up messages are in {log_path})")
+    minutes, seconds = divmod(round(time.monotonic() - started), 60)
+    print(f"(wall time {minutes} min {seconds} s; the whole output is in {log_path})")
     return proc.returncode
 
 
