@@ -177,7 +177,8 @@ backend <- function() {
     }, error = function(e) conditionMessage(e))
     if (!is.null(problem)) {
       tfd_abort("The Python backend 'tfdistributed' is not available (", trimws(problem), "). ",
-            "Fix: run tfdistributed::install_tfdistributed() and restart R, or set ",
+            "Fix: run tfdistributed::install_tfdistributed(package = \"path/to/tfdistributed\") ",
+            "(a checkout: there is no release on a package index yet) and restart R, or set ",
             "RETICULATE_PYTHON to a Python where the backend is installed (inside the project: ",
             "`make setup`, which creates .venv/bin/python).", class = "tfdistributed_backend_missing")
     }
