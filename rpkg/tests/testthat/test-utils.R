@@ -86,5 +86,5 @@ test_that("a Python without the backend gives an R error naming the fix", {
     c(RETICULATE_PYTHON = "/usr/bin/python3", R_LIBS = paste(.libPaths(), collapse = ":")),
     system2(rscript, c("-e", shQuote(code)), stdout = TRUE, stderr = TRUE)
   )
-  expect_match(paste(out, collapse = "\n"), "has no module 'tfdistributed'.*install_tfdistributed\\(\\)")
+  expect_match(paste(out, collapse = "\n"), "has no module 'tfdistributed'.*install_tfdistributed\\(package = ")
 })
