@@ -369,7 +369,7 @@ def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tm
     lines = []
     result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
                  "--stop-at", str(stop_at), "--signal", "TERM", "--slow-decision", "2",
-                 max_restarts=1, on_output=lines.append)
+                 restarts=tfd.Restarts(max_restarts=1), on_output=lines.append)
     assert result.restarts == 1, stop_at
     assert result.attempts[0]["ended"] == f"was preempted (exit status {tfd.PREEMPTED_EXIT_CODE})"
     assert result.attempts[0]["preempted"]

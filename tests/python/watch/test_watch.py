@@ -165,7 +165,8 @@ def run(tmp_path, *args, **kwargs):
 @pytest.fixture(scope="module")
 def even(tmp_path_factory):
     where = tmp_path_factory.mktemp("even")
-    return run(where, "--epochs", "3", tensorboard=str(where / "tb"))
+    return run(where, "--epochs", "3",
+               watch=tfd.Watch(stall_warning=20, tensorboard=str(where / "tb")))
 
 
 def scalars(directory) -> dict:
