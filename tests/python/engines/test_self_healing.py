@@ -231,7 +231,11 @@ def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, u
     assert result.attempts[0]["ended"] == "was killed by signal 9"
     resumed = report(outdir)
     first, second = resumed["trained"][0], resumed["trained"][1]
-    assert first[:stop_at] == list(range(1, stop_at + 1)), stop_at
+    # Worker 1 kills itself once step stop_at is done on its side; worker 0 may still have been
+    # receiving its half of that step's all-reduce, which then never comes: its first attempt
+    # ends at stop_at, or one step short (seen in a run on a loaded machine), never further.
+    assert first == list(range(1, len(first) + 1)), (stop_at, first)
+    assert stop_at - 1 <= len(first) <= stop_at, (stop_at, first)
     # The second attempt trained on from a backup of the first: every step once, the steps
     # after the backup again (at most SAVE_FREQ of them).
     assert second == list(range(second[0], STEPS + 1)), stop_at
