@@ -30,6 +30,7 @@ from ..elastic.probes import probe_hosts
 from ..warm import start_task, warm_start_wanted
 from .plan import LaunchPlan, TaskPlan, host_of, on_hosts, plan_launch
 from ..restarts import failure_of
+from ...watch.channel import PREEMPTED_EXIT_CODE
 
 
 class _Process:
@@ -123,7 +124,7 @@ class LocalJob:
             # A server exiting, even with 0, means the cluster lost a task.
             failed += [t for t in vital if t.server and t.poll() == 0]
             if failed:
-                time.sleep(0.2)
+                self._let_preempted_peers_leave(failed, vital)
                 stopping = time.monotonic()
                 self._stop(self.tasks)
                 raise _task_failed(_first_to_end(failed + _failed_before(vital, stopping)),
@@ -134,6 +135,18 @@ class LocalJob:
                 self._time_out(deadline.timeout)
             time.sleep(0.05)
         self._stop([t for t in self.tasks if t.server])
+
+    def _let_preempted_peers_leave(self, failed, vital) -> None:
+        """Before the others are stopped: a preempted task's peers were told too, have backed
+        up with it and are leaving with the same status; each gets up to the grace to end on
+        its own (stopped at once, a slower one lost its exit: its files, its atexit handlers).
+        After any other end, a moment for the lines in flight."""
+        if not all(t.poll() == PREEMPTED_EXIT_CODE for t in failed):
+            time.sleep(0.2)
+            return
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and any(t.poll() is None for t in vital):
+            time.sleep(0.05)
 
     def _time_out(self, timeout: float):
         running = [t for t in self.tasks if t.poll() is None]
