@@ -17,7 +17,6 @@ write them, under every strategy (issue: R programs as R users write them).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
