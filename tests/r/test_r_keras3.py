@@ -41,8 +41,7 @@ SECTION = "## keras3: R programs as R users write them"
 @pytest.fixture(scope="module")
 def python_one_device(tmp_path_factory):
     """Python's program with everything inside the scope, on one device."""
-    return placement.run(tfd.make_strategy("default"), "all_inside",
-                         str(tmp_path_factory.mktemp("python")))
+    return placement.one_device(str(tmp_path_factory.mktemp("python")))
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,14 @@ def run(strategy, placement, workdir):
             "replicas": int(model.distribute_strategy.num_replicas_in_sync)}
 
 
+def one_device(workdir):
+    """:func:`run` of the program with everything inside the scope on one device (TensorFlow's
+    default strategy): what every placement, strategy and the R programs are compared with."""
+    import tfdistributed as tfd
+
+    return run(tfd.make_strategy("default"), "all_inside", workdir)
+
+
 def attempt(strategy, placement, workdir):
     """:func:`run`, or ``{"error": type name, "message": ...}`` where it raised."""
     try:

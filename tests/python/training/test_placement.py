@@ -26,8 +26,7 @@ SECTION = "## Where the program makes its model and calls compile"
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory):
     """The program with everything inside, on one device (TensorFlow's default strategy)."""
-    return placement.run(tfd.make_strategy("default"), "all_inside",
-                         str(tmp_path_factory.mktemp("default")))
+    return placement.one_device(str(tmp_path_factory.mktemp("default")))
 
 
 @pytest.fixture(scope="module")
