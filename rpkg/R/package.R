@@ -25,17 +25,15 @@
 #'   and Kubernetes.
 #'
 #' The documentation site has them all, with the guides that are on the site
-#' only: [Jobs that heal themselves](https://tfdistributed.example.org/articles/self-healing.html),
-#' [Seeing a launched job](https://tfdistributed.example.org/articles/seeing-a-job.html),
-#' [Clusters and networks](https://tfdistributed.example.org/articles/clusters-and-networks.html),
-#' [Performance](https://tfdistributed.example.org/articles/performance.html) and
-#' the [Python API reference](https://tfdistributed.example.org/python/tfdistributed.html).
-#' Its address is a placeholder until the project publishes one: in a checkout
-#' of the project, `make docs` builds it into `site/` (open `site/index.html`).
+#' only: Jobs that heal themselves (`articles/self-healing.html`),
+#' Seeing a launched job (`articles/seeing-a-job.html`),
+#' Clusters and networks (`articles/clusters-and-networks.html`),
+#' Performance (`articles/performance.html`) and
+#' the Python API reference (`python/tfdistributed.html`).
+#' The project publishes no site yet: in a checkout of the project, `make docs`
+#' builds it into `site/` (open `site/index.html`; the paths above are relative
+#' to it).
 #'
-#' @seealso Useful links:
-#' * <https://tfdistributed.example.org/> (placeholder)
-#' * Report bugs at <https://example.org/tfdistributed/issues> (placeholder)
 #' @keywords internal
 "_PACKAGE"
 
