@@ -10,6 +10,7 @@ The package, one folder per concern, lowest layer first (each folder's docstring
 modules and what it may import; ``tests/python/package/test_architecture.py`` checks the layers):
 
 - ``errors``, ``_args``: one error family with per-language hints; argument coercion;
+- ``versions``: the TensorFlow/Keras releases supported and installed (metadata only);
 - ``cluster/``: TF_CONFIG built, parsed and validated; this process's TF_CONFIG; joining peers;
   the cluster SLURM's environment describes;
 - ``strategies/``: strategies by name; how gradients cross the network (16 bits, low-rank,
@@ -37,7 +38,7 @@ _runtime.prefer_pooled_cpu_allocator()
 
 # The subpackages, for their attributes (tfd.cluster.free_ports, R's tfd$r$values): left out of
 # __all__, which lists the public names (each subpackage's own __all__ lists its).
-from . import cluster, data, engines, r, strategies, testbeds, training  # noqa: E402, F401
+from . import cluster, data, engines, r, strategies, testbeds, training, versions  # noqa: E402, F401
 from ._args import KERAS_COUNT_ARGUMENTS  # noqa: E402
 from .cluster import (ROLES, check_loopback, clear_tf_config, cluster_spec,  # noqa: E402
                       is_checkpoint_writer, is_chief, local_cluster, num_workers, read_tf_config,

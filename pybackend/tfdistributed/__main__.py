@@ -2,7 +2,11 @@
 [--max-restarts N] [--min-workers N] [--join-timeout S] [--backend local|slurm|ray]
 [--partition P] script [args]``: the flags given make ``launch()``'s option objects
 (``--backend slurm --partition P``: ``engine=tfd.engines.Slurm(partition=P)``; ``--max-restarts
-N``: ``restarts=tfd.Restarts(max_restarts=N)``), the others keep their defaults."""
+N``: ``restarts=tfd.Restarts(max_restarts=N)``), the others keep their defaults.
+
+``python -m tfdistributed versions [--check] [--format json|table]``: the TensorFlow, Keras and
+tensorflow-datasets installed here and the ranges this installation supports
+(:mod:`tfdistributed.versions`), without importing TensorFlow."""
 
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ def main(argv=None) -> int:
 
         run_server()
         return 0
+    if ns.command == "versions":
+        return _versions(ns.check, ns.format)
     if ns.command == "_call":
         from .engines.base import call_function
 
@@ -49,6 +55,31 @@ def main(argv=None) -> int:
         print(f"tfdistributed: {e}", file=sys.stderr)
         return 1
     _report(result)
+    return 0
+
+
+def _versions(check: bool, form: str = "json") -> int:
+    """``python -m tfdistributed versions``: :func:`tfdistributed.versions.report` as JSON, or as
+    a tab-separated table (R's ``install_tfdistributed()`` reads it), without importing
+    TensorFlow."""
+    import json
+
+    from .versions import report
+
+    state = report()
+    if form == "json":
+        print(json.dumps(state, indent=1))
+    else:
+        print("package\tdistribution\tversion\tsupported\tok")
+        for name, entry in state.items():
+            print("\t".join([name, entry["distribution"] or "", entry["version"] or "",
+                             entry["supported"], str(entry["ok"])]))
+    if check and not all(entry["ok"] for entry in state.values()):
+        bad = [f"{name} {entry['version'] or '(not installed)'} (supported: "
+               f"{entry['supported'] or 'any'})"
+               for name, entry in state.items() if not entry["ok"]]
+        print(f"tfdistributed: outside the supported releases: {', '.join(bad)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -130,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("script", help="the .py or .R training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     sub.add_parser("server", help="serve this process's TF_CONFIG task (worker/ps of a PS cluster)")
+    p = sub.add_parser("versions", help="the TensorFlow, Keras and tensorflow-datasets installed "
+                                        "here and the ranges tfdistributed supports (JSON)")
+    p.add_argument("--check", action="store_true",
+                   help="exit with status 1 when one is missing or outside its range")
+    p.add_argument("--format", choices=("json", "table"), default="json",
+                   help="JSON, or a tab-separated table with a header line")
     p = sub.add_parser("_call", help=argparse.SUPPRESS)
     p.add_argument("call_path")
     p.add_argument("result_path")

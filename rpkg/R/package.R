@@ -174,11 +174,17 @@ backend <- function() {
         paste0("Python ", python, " has no module 'tfdistributed'")
     }, error = function(e) conditionMessage(e))
     if (!is.null(problem)) {
+      # The call that works for this installation: the wheel it carries (built by make dist),
+      # else a wheel or checkout the user has (no package index has tfdistributed yet).
+      install <- if (is.null(bundled_wheel())) {
+        "tfdistributed::install_tfdistributed(package = \"<a tfdistributed wheel or checkout>\")"
+      } else {
+        "tfdistributed::install_tfdistributed()"
+      }
       tfd_abort("The Python backend 'tfdistributed' is not available (", trimws(problem), "). ",
-            "Fix: run tfdistributed::install_tfdistributed(package = \"path/to/tfdistributed\") ",
-            "(a checkout: there is no release on a package index yet) and restart R, or set ",
-            "RETICULATE_PYTHON to a Python where the backend is installed (inside the project: ",
-            "`make setup`, which creates .venv/bin/python).", class = "tfdistributed_backend_missing")
+            "Fix: run ", install, " and restart R, or set RETICULATE_PYTHON to a Python where ",
+            "the backend is installed (in a checkout of the project: `make setup`, which ",
+            "creates .venv/bin/python).", class = "tfdistributed_backend_missing")
     }
     backend_state$ok <- TRUE
   }

@@ -64,6 +64,41 @@ test_that("install_tfdistributed() checks its arguments before touching Python",
   expect_error(install_tfdistributed(package = NA_character_), "`package`", class = "tfdistributed_error")
   expect_error(install_tfdistributed(extra_packages = 3), "`extra_packages`", class = "tfdistributed_error")
   expect_error(install_tfdistributed(package = tempdir()), "pyproject.toml", class = "tfdistributed_error")
+  expect_error(install_tfdistributed(package = "nowhere/tfdistributed-0.1.0-py3-none-any.whl"),
+               "does not exist", class = "tfdistributed_error")
+  expect_error(install_tfdistributed(package = "x", gpu = "yes"), "`gpu` must be NA",
+               class = "tfdistributed_error")
+  # This installation was not built by make dist: it carries no wheel, and says what works.
+  skip_if(!is.null(bundled_wheel()), "this installation carries a backend wheel")
+  expect_error(install_tfdistributed(), "install_tfdistributed\\(package = ",
+               class = "tfdistributed_error")
+})
+
+test_that("install_tfdistributed() names TensorFlow as pip spells an extra", {
+  wheel <- tempfile(fileext = ".whl")
+  file.create(wheel)
+  expect_identical(requirement_with_extra(wheel, "tensorflow"), paste0(wheel, "[tensorflow]"))
+  expect_identical(requirement_with_extra("tfdistributed", "and-cuda"), "tfdistributed[and-cuda]")
+  expect_identical(requirement_with_extra("tfdistributed>=0.1", "tensorflow"),
+                   "tfdistributed[tensorflow]>=0.1")
+  expect_identical(requirement_with_extra("tfdistributed", NULL), "tfdistributed")
+  expect_identical(tensorflow_requirement(TRUE), "tensorflow[and-cuda]")
+})
+
+test_that("gpu = NA finds an NVIDIA GPU from the driver or nvidia-smi", {
+  skip_if_not(identical(Sys.info()[["sysname"]], "Linux"))
+  none <- tempfile()
+  dir.create(none)
+  expect_false(nvidia_gpu_present(proc = none, smi = ""))
+  driver <- tempfile()
+  dir.create(file.path(driver, "0000:01:00.0"), recursive = TRUE)
+  expect_true(nvidia_gpu_present(proc = driver, smi = ""))
+  smi <- tempfile()
+  writeLines(c("#!/bin/sh", "echo 'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)'"), smi)
+  Sys.chmod(smi, "0755")
+  expect_true(nvidia_gpu_present(proc = none, smi = smi))
+  writeLines(c("#!/bin/sh", "echo 'NVIDIA-SMI has failed' >&2; exit 9"), smi)
+  expect_false(nvidia_gpu_present(proc = none, smi = smi))
 })
 
 test_that("input_shape() gives Keras a tuple of integers", {

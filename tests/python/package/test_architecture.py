@@ -216,6 +216,8 @@ def _graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
 LAYERS = {
     "errors": set(),
     "_args": {"errors"},
+    # The supported releases and the installed ones, from metadata (no TensorFlow import).
+    "versions": {"errors"},
     "cluster": {"errors", "_args"},
     "data": {"errors", "_args"},
     "watch": {"errors", "_args"},
