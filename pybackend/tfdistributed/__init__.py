@@ -36,6 +36,12 @@ from .strategies import runtime as _runtime
 # every step).
 _runtime.prefer_pooled_cpu_allocator()
 
+# TensorFlow missing, or it or Keras outside the supported releases: said now, in one warning
+# (metadata only: TensorFlow is not imported here).
+from .versions import warn_if_unsupported as _warn_if_unsupported  # noqa: E402
+
+_warn_if_unsupported()
+
 # The subpackages, for their attributes (tfd.cluster.free_ports, R's tfd$r$values): left out of
 # __all__, which lists the public names (each subpackage's own __all__ lists its).
 from . import cluster, data, engines, r, strategies, testbeds, training, versions  # noqa: E402, F401

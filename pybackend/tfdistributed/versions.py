@@ -125,3 +125,23 @@ def check_tensorflow(strict: bool = False) -> None:
         warnings.warn(f"{message} It has not been tested with tfdistributed; "
                       "`python -m tfdistributed versions` shows what is installed.",
                       stacklevel=2)
+
+
+class VersionWarning(UserWarning):
+    """TensorFlow is missing, or it or Keras is outside the supported releases (said once, when
+    ``import tfdistributed`` runs; :func:`check_tensorflow` raises instead)."""
+
+
+def warn_if_unsupported() -> None:
+    """What ``import tfdistributed`` runs: :func:`check_tensorflow`'s findings as one
+    :class:`VersionWarning`, so that ``python -m tfdistributed versions`` and R's
+    ``install_tfdistributed()`` still work in an environment they are about to mend."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_tensorflow()
+    except VersionError as e:
+        warnings.warn(str(e), VersionWarning, stacklevel=3)
+        return
+    for warning in caught:
+        warnings.warn(str(warning.message), VersionWarning, stacklevel=3)
