@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import select
 import shutil
 import signal
 import subprocess
@@ -30,12 +31,14 @@ from ..elastic.probes import probe_hosts
 from ..warm import start_task, warm_start_wanted
 from .plan import LaunchPlan, TaskPlan, host_of, on_hosts, plan_launch
 from ..restarts import failure_of
+from ..attribution import End, first_cause, kind_of_end
 from ...watch.channel import PREEMPTED_EXIT_CODE
 
 
 class _Process:
-    """A started task: its plan, process, output so far, output reader, and when its output
-    ended (``ended_at``: the pipe closes as the process exits; ``time.monotonic()``)."""
+    """A started task: its plan, process, output so far, output reader, when its output ended
+    (``ended_at``) and when its process exited (``exited_at``, :func:`_stamp_exit`), both
+    ``time.monotonic()``."""
 
     def __init__(self, plan: TaskPlan):
         self.plan = plan
@@ -45,9 +48,19 @@ class _Process:
         self.lines: list[str] = []
         self.reader: threading.Thread | None = None
         self.ended_at: float | None = None
+        self.exited_at: float | None = None
 
     def poll(self):
         return self.proc.poll()
+
+    @property
+    def end_time(self) -> float | None:
+        """When the task ended: its exit as the kernel reported it, else its output's end."""
+        return self.exited_at if self.exited_at is not None else self.ended_at
+
+    def end(self, order: int) -> End:
+        """Its end, for :func:`~tfdistributed.engines.attribution.first_cause`."""
+        return End(self.name, self.end_time, kind_of_end(self.proc.returncode, self.lines), order)
 
 
 class LocalJob:
@@ -77,6 +90,7 @@ class LocalJob:
                                    dying_with_this_process(task.plan.preexec_fn))
             task.reader = threading.Thread(target=self._read, args=(task,), daemon=True)
             task.reader.start()
+            threading.Thread(target=_stamp_exit, args=(task,), daemon=True).start()
 
     def _note(self, line: str) -> None:
         """A line of the launcher's own, once per attempt."""
@@ -127,8 +141,8 @@ class LocalJob:
                 self._let_preempted_peers_leave(failed, vital)
                 stopping = time.monotonic()
                 self._stop(self.tasks)
-                raise _task_failed(_first_to_end(failed + _failed_before(vital, stopping)),
-                                   self._task_results())
+                failed += [t for t in _failed_before(vital, stopping) if t not in failed]
+                raise _task_failed(_cause(failed, self.tasks), self._task_results())
             if primaries and all(t.poll() == 0 for t in primaries):
                 break
             if deadline.passed():
@@ -274,23 +288,42 @@ def _failure_message(task: _Process) -> str:
             f"stopped. {error_summary(task.lines)}")
 
 
+def _stamp_exit(task: _Process) -> None:
+    """Set ``task.exited_at`` when its process exits, as the kernel tells it: a pidfd
+    (``pidfd_open``, Linux 5.3+) becomes readable then, for our children and for the tasks a
+    warm server forked alike, before anyone reaps them. The time of the exit, not of when its
+    status reached the launcher (a warm task's comes from its server, in the server's time).
+    Where there is no pidfd, the task's output's end stands in (``ended_at``)."""
+    try:
+        fd = os.pidfd_open(task.proc.pid)
+    except ProcessLookupError:  # gone already: it exited before its start returned
+        task.exited_at = time.monotonic()
+        return
+    except (AttributeError, OSError):
+        return
+    try:
+        select.select([fd], [], [])
+        task.exited_at = time.monotonic()
+    finally:
+        os.close(fd)
+
+
 def _failed_before(tasks: list[_Process], stopping: float) -> list[_Process]:
     """Those of ``tasks`` that failed on their own before the launcher began to stop the job at
-    ``stopping``: their output had ended by then, and their exit status (known now that the job
-    is stopped) is a failure. A task's status can reach the launcher after another's: a warm
+    ``stopping``: they had exited by then, and their exit status (known now that the job is
+    stopped) is a failure. A task's status can reach the launcher after another's: a warm
     task's comes from its server (engines/warm), which reaps its children in its own time, so
     the poll that saw a consequence fail may not have seen its cause yet."""
-    return [t for t in tasks if t.ended_at is not None and t.ended_at < stopping
+    return [t for t in tasks if t.end_time is not None and t.end_time < stopping
             and t.proc.returncode not in (None, 0)]
 
 
-def _first_to_end(failed: list[_Process]) -> _Process:
-    """The task that ended first among ``failed`` (seen ended in the same poll): the cause.
-    One task's end often ends the others (a peer gone fails their collectives with status 1),
-    and a loaded machine can let both exits pass before the next poll; blaming the first in
-    task order then names a consequence, not the cause. Ordered by when each one's output
-    ended (the readers are joined first); the task order where that is not known."""
-    return min(failed, key=lambda t: t.ended_at if t.ended_at is not None else float("inf"))
+def _cause(failed: list[_Process], tasks: list[_Process]) -> _Process:
+    """The task whose end caused the others among ``failed``
+    (:func:`~tfdistributed.engines.attribution.first_cause`: by the time each exited and the
+    kind of its end, a peer's "lost contact" never named while a peer was killed)."""
+    ends = {t.name: t for t in failed}
+    return ends[first_cause(t.end(tasks.index(t)) for t in failed).task]
 
 
 def _task_failed(task: _Process, results) -> LaunchError:

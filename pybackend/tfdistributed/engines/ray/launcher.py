@@ -42,6 +42,7 @@ from ...errors import ArgumentTypeError, ClusterConfigError, LaunchError, Launch
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
 from ..output import Relay, error_summary, how_it_ended
 from ..restarts import failure_of
+from ..attribution import End, first_cause, kind_of_end
 
 _RAY_MISSING = ("launch(..., engine=Ray()) needs Ray: pip install 'tfdistributed[ray]' (or "
                 "\"ray[train]==2.60.0\").")
@@ -65,6 +66,7 @@ class _TaskActor:
         self.sent = 0
         self.workdir = None
         self.ended_at = None  # wall clock when the task's output ended (it exited)
+        self.exited_at = None  # wall clock when its process exited, as the kernel said
 
     def address(self):
         import portpicker
@@ -101,8 +103,22 @@ class _TaskActor:
                 self.lines.append(raw.decode(errors="replace").rstrip("\n"))
             self.ended_at = time.time()
 
+        def stamp_exit():  # a pidfd turns readable as the process exits (Linux 5.3+)
+            import select
+
+            try:
+                fd = os.pidfd_open(self.proc.pid)
+            except (AttributeError, OSError):
+                return
+            try:
+                select.select([fd], [], [])
+                self.exited_at = time.time()
+            finally:
+                os.close(fd)
+
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
+        threading.Thread(target=stamp_exit, daemon=True).start()
         return os.getpid()
 
     def signal(self, signum):
@@ -116,12 +132,13 @@ class _TaskActor:
 
     def poll(self):
         """New output lines since the last call, the exit code (None while running) and when
-        the task's output ended (the time of its exit, None while running)."""
+        the task exited (its process' exit as the kernel said, else its output's end; None
+        while running)."""
         code = self.proc.poll()
         if code is not None:
             self.reader.join(timeout=5)
         new, self.sent = self.lines[self.sent:], len(self.lines)
-        return new, code, self.ended_at
+        return new, code, self.exited_at if self.exited_at is not None else self.ended_at
 
     def value(self):
         path = os.path.join(self.workdir, "result.pkl")
@@ -380,16 +397,19 @@ class RayJob:
                          if c == 0 and n not in self.primaries]
 
     def _first_to_end(self) -> int:
-        """The failed task that ended first: the cause. One task's end often ends the others
-        (a peer gone fails their collectives with status 1), and on a loaded machine both ends
-        can pass before the next poll; the first in task order would then be a consequence.
+        """The failed task whose end caused the others' (a peer gone fails their collectives
+        with status 1, and on a loaded machine both ends can pass before the next poll).
         Every task is polled once more (one seen running earlier in this pass may have ended
-        first), then the failed ones are ordered by when their output ended."""
+        first), then :func:`~tfdistributed.engines.attribution.first_cause` decides, by when
+        each task's process exited (its actor's clock) and the kind of its end."""
         try:
             self._poll_all()
         except LaunchError:  # an actor lost since: a task seen ended before it stays the cause
             pass
-        return min(self._failed(), key=lambda n: (self.ended[n] is None, self.ended[n] or 0.0))
+        failed = self._failed()
+        cause = first_cause(End(self.names[n], self.ended[n],
+                                kind_of_end(self.codes[n], self.lines[n]), n) for n in failed)
+        return self.names.index(cause.task)
 
     def _poll_all(self) -> None:
         """New output and exit codes of the running tasks; a dead actor fails the job."""

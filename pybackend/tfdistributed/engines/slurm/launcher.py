@@ -33,6 +33,7 @@ from ...cluster.from_slurm import layout
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
 from ..output import Relay, error_summary, how_it_ended
 from ..restarts import failure_of
+from ..attribution import End, first_cause, kind_of_end
 from .script import slurm_script
 
 
@@ -208,12 +209,17 @@ class SlurmJob:
         self.finished = True
 
     def _fail(self):
-        # SLURM kills the other tasks at once (--kill-on-bad-exit), and their exit codes can
-        # land first: name the task that failed, not one killed because of it.
+        # SLURM kills the other tasks at once (--kill-on-bad-exit), a peer's collectives fail
+        # when one is gone, and their exit codes can land first: name the task whose end
+        # caused the others (engines/attribution), by when each task's process exited (each
+        # task writes it, slurm/task.py) and the kind of its end.
         time.sleep(0.5)
         rcs = self.codes()
+        self.emit(final=True)
         bad = [i for i, rc in enumerate(rcs) if rc not in (None, 0)]
-        i = min(bad, key=lambda i: (rcs[i] < 0, _mtime(self.jobdir, i)))
+        i = self.names.index(first_cause(
+            End(self.names[i], _ended_at(self.jobdir, i), kind_of_end(rcs[i], self.lines[i]), i)
+            for i in bad).task)
         _cancel(self.job_id)
         rcs = self.codes()
         raise LaunchError(f"Task {self.names[i]} {how_it_ended(rcs[i])} (SLURM job {self.job_id}, "
@@ -382,11 +388,19 @@ def _unusable(state) -> str | None:
     return f"SLURM says it is {state}"
 
 
-def _mtime(jobdir: str, task: int) -> float:
+def _ended_at(jobdir: str, task: int) -> float | None:
+    """When task ``task``'s process exited (wall clock of its node, written by
+    :mod:`~tfdistributed.engines.slurm.task` in ``task-N.end``), else when its exit code was
+    written; None if neither is there."""
+    try:
+        with open(os.path.join(jobdir, f"task-{task}.end")) as f:
+            return float(f.read().strip())
+    except (OSError, ValueError):
+        pass
     try:
         return os.path.getmtime(os.path.join(jobdir, f"task-{task}.rc"))
     except OSError:
-        return float("inf")
+        return None
 
 
 def _job_end(job_id: str, jobdir: str) -> str:

@@ -6,7 +6,9 @@ the ``sbatch`` engine that submitted it.
 
 ``python -m tfdistributed.engines.slurm.task JOBDIR -- ARGV...``: sets TF_CONFIG from SLURM's
 environment, then runs ARGV (``{task}`` in it becomes this task's number) and writes its exit
-code to ``JOBDIR/task-N.rc`` for the submitting process, which reads no other channel. In a
+code to ``JOBDIR/task-N.rc`` (and the time it exited, seconds since the epoch, to
+``JOBDIR/task-N.end``: which task ended first names the cause of a failure) for the submitting
+process, which reads no other channel. In a
 parameter-server job the ``worker`` and ``ps`` tasks instead serve TensorFlow until the chief
 has written ``JOBDIR/chief.done``: servers never exit on their own, and the step ends only
 when every task has.
@@ -50,14 +52,19 @@ def main(argv) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _: proc.send_signal(signum))
     done = os.path.join(jobdir, "chief.done")
-    while proc.poll() is None:
+    while True:
+        try:
+            proc.wait(timeout=0.2)  # returns as the process exits: its end time below is exact
+            break
+        except subprocess.TimeoutExpired:
+            pass
         if server and os.path.exists(done):
             proc.terminate()
             proc.wait()
             _write(os.path.join(jobdir, f"task-{rank}.rc"), "0")
             return 0
-        time.sleep(0.2)
     code = proc.returncode
+    _write(os.path.join(jobdir, f"task-{rank}.end"), repr(time.time()))
     _write(os.path.join(jobdir, f"task-{rank}.rc"), str(code))
     if role == "chief":
         _write(done, str(code))
