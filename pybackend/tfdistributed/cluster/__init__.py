@@ -9,6 +9,7 @@ module              what it holds
                     environment; the task's role (chief, checkpoint writer, workers)
 ``live``            TensorFlow reads the TF_CONFIG the process has *now*; a lone worker refused
 ``join``            a task waiting for its peers says so, until a join timeout
+``leave``           the workers of a multi-worker job leave together, at the end of training
 ``addresses``       this machine's addresses; a task's own address checked before it serves
 ``local``           :class:`Cluster` (validated once) and clusters on 127.0.0.1
 ``from_slurm``      the cluster a SLURM job step's environment describes (a task under ``srun``)

@@ -19,6 +19,8 @@ module         what it holds
 ``restarts``   the one attempt loop that drives any engine (:func:`~.restarts.run`) and
                the restart policy (``Restarts(max_restarts=)``)
 ``output``     what is done with the lines the tasks print, the same on every engine
+``attribution`` which task's end caused a failed attempt: by each end's time and kind (a
+               peer's "lost contact" is never the cause of a kill), every engine alike
 ``local/``     processes on this machine, or on hosts the caller names (:class:`Local`)
 ``slurm/``     SLURM: the ``sbatch`` engine (:class:`Slurm`), its batch script, the
                task-side wrapper ``srun`` starts; the public names of SLURM

@@ -24,6 +24,7 @@ from ..errors import ArgumentTypeError, TrainingError
 from ..strategies.make import input_workers, strategy_kind
 from ..watch.recorder import examples_per_step, recorder_for, telling_failure
 from ..cluster.live import check_not_alone
+from ..cluster.leave import leave_together
 
 
 def model_strategy(model):
@@ -213,10 +214,13 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
         dataset = _resume_mid_epoch(dataset, backup, backup_dir, steps_per_epoch)
     with strategy.scope(), checkpoints.watching_preemption(backup), _peer_lost(placement), \
             telling_failure():
-        return compat.keras_method(model, "fit")(
+        history = compat.keras_method(model, "fit")(
             dataset, epochs=epochs, validation_data=validation, shuffle=False,
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
+    if plan.kind == "multi_worker_mirrored":  # no worker leaves while a peer still reads from it
+        leave_together("fit")
+    return history
 
 
 @contextlib.contextmanager

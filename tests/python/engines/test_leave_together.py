@@ -1,0 +1,44 @@
+"""The end of a multi-worker job: no worker leaves while a peer still reads from it
+(tfdistributed.cluster.leave, at the end of fit()).
+
+The race shown: worker 1 makes its last read from worker 0 (the job's leader, which serves the
+coordination service) a few seconds after worker 0 has finished training. Without the barrier
+worker 0 exits at once and worker 1's read fails; with it worker 0 waits for worker 1."""
+
+import os
+import re
+
+import pytest
+
+import tfdistributed as tfd
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "leave_race.py")
+pytestmark = pytest.mark.cluster
+
+
+def race(slow: float, **env):
+    lines = []
+    result = tfd.launch(SCRIPT, workers=2, args=[str(slow)], echo=False, timeout=240,
+                        env=env, on_output=lines.append)
+    return result, lines
+
+
+def test_without_the_barrier_a_slow_last_read_fails_the_job():
+    with pytest.raises(tfd.LaunchError) as failed:
+        race(4.0, TFDISTRIBUTED_LEAVE_TIMEOUT="0")
+    # Worker 0 had finished (status 0); worker 1 lost it in the middle of its last read.
+    assert failed.value.failure["task"] == "worker 1", str(failed.value)
+    worker_0 = [t for t in failed.value.results if t.name == "worker 0"][0]
+    assert worker_0.returncode == 0
+    assert re.search(r"Lost contact with another worker|Unavailable|coordination service",
+                     str(failed.value)), str(failed.value)
+
+
+def test_with_the_barrier_the_slow_reader_finishes_and_the_barrier_is_cheap():
+    result, lines = race(4.0)
+    assert [t.returncode for t in result.tasks] == [0, 0]
+    assert "[worker 1] worker 1 read trained" in lines
+    # What a barrier costs when every worker is at it: one round trip to the leader.
+    costs = [float(ln.split()[-1]) for ln in lines if re.match(r"\[worker \d\] barrier ", ln)]
+    assert len(costs) == 2 and max(costs) < 1.0, costs
+    print("barrier seconds:", costs)
