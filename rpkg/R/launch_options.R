@@ -25,6 +25,15 @@
 #' variables read at import (`KERAS_BACKEND`, ...) before it imports them.
 #' Tasks on `hosts` start the usual way.
 #'
+#' On a computer with GPUs, each task that trains gets its share of them in its
+#' `CUDA_VISIBLE_DEVICES`: the GPUs R's process may use (its
+#' `CUDA_VISIBLE_DEVICES`, else those `nvidia-smi -L` lists) split evenly
+#' among the tasks (fewer GPUs than tasks: one each, shared), or `gpus_per_task`
+#' each. Parameter servers, and a parameter-server job's chief, get none. Tasks
+#' given GPUs start the usual way, not warm. No GPU found and no
+#' `gpus_per_task`: nothing changes. The article "GPUs" tells the whole story;
+#' no GPU run has been measured yet.
+#'
 #' An argument left out takes the backend's default.
 #'
 #' @param hosts Hosts of your own: a named list, names the hosts' addresses,
@@ -32,6 +41,10 @@
 #' @param warm_start `TRUE` to fork each task from a warm process, `FALSE`
 #'   not to; `NULL` (the default): as the environment variable
 #'   `TFDISTRIBUTED_WARM_START` says (`"1"`: on).
+#' @param gpus_per_task GPUs each task that trains gets: a whole number (`0`
+#'   hides every GPU), or `"all"` (every task sees every GPU); left out, the
+#'   GPUs split evenly. Asking for more GPUs than there are is an error naming
+#'   the fix.
 #' @param ... Other fields of the Python object `tfd$engines$Local` (e.g.
 #'   `python`, the Python that runs a `.py` script), passed on as they are.
 #' @return The engine (a Python `tfdistributed.engines.Local`), for
@@ -41,15 +54,16 @@
 #' @examples
 #' if (backend_available()) {
 #'   local_hosts(warm_start = TRUE)
+#'   local_hosts(gpus_per_task = 1)   # one GPU of this computer per task
 #'   # Two network namespaces as two hosts (needs root; see the article
 #'   # "Clusters and networks"):
 #'   local_hosts(hosts = list("10.77.0.2" = c("ip", "netns", "exec", "ns0"),
 #'                            "10.77.0.3" = c("ip", "netns", "exec", "ns1")))
 #' }
-local_hosts <- function(hosts, warm_start, ...) {
+local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
   engine_options("Local", given_arguments(environment(), list(
     hosts = function(x, arg, call) if (is.null(x)) NULL else hosts_to_py(x, call = call),
-    warm_start = optional_flag)), list(...))
+    warm_start = optional_flag, gpus_per_task = gpus_option)), list(...))
 }
 
 #' Where a job runs: a SLURM job
@@ -60,13 +74,19 @@ local_hosts <- function(hosts, warm_start, ...) {
 #' interrupt. The job's directory must be on storage this computer and the
 #' nodes share. The training script itself does not change.
 #'
+#' With `gpus_per_task`, SLURM gives each task GPUs of its own
+#' (`#SBATCH --gpus-per-task`) and sets its `CUDA_VISIBLE_DEVICES`; every task
+#' of the job gets them, parameter servers too.
+#'
 #' An argument left out takes the backend's default.
 #'
 #' @param partition The partition (`sbatch --partition`).
 #' @param time SLURM's time limit (`sbatch --time`): `"02:00:00"`, or a number
 #'   of minutes; left out, the launch's `timeout`.
 #' @param sbatch_args,srun_args More `sbatch` and `srun` options, e.g.
-#'   `"--gres=gpu:1"`.
+#'   `"--constraint=a100"`.
+#' @param gpus_per_task GPUs of its own for each task, a whole number
+#'   (`sbatch --gpus-per-task`); left out, none are asked for.
 #' @param job_name The job's name (`sbatch --job-name`).
 #' @param directory The job's directory, on shared storage; left out, a new
 #'   directory under the working directory, removed afterwards.
@@ -79,10 +99,10 @@ local_hosts <- function(hosts, warm_start, ...) {
 #' @export
 #' @examples
 #' if (backend_available()) {
-#'   slurm(partition = "cpu", time = "02:00:00", sbatch_args = "--gres=gpu:1")
+#'   slurm(partition = "gpu", time = "02:00:00", gpus_per_task = 1)
 #' }
-slurm <- function(partition, time, sbatch_args, srun_args, job_name, directory, keep_files,
-                  ...) {
+slurm <- function(partition, time, sbatch_args, srun_args, gpus_per_task, job_name, directory,
+                  keep_files, ...) {
   string <- function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call)
   options <- function(x, arg, call) py_list(as.character(x))
   engine_options("Slurm", given_arguments(environment(), list(
@@ -90,7 +110,7 @@ slurm <- function(partition, time, sbatch_args, srun_args, job_name, directory, 
     time = function(x, arg, call) {
       if (is.numeric(x)) as_number(x, arg, call) else string(x, arg, call)
     },
-    sbatch_args = options, srun_args = options, job_name = string,
+    sbatch_args = options, srun_args = options, gpus_per_task = gpus_option, job_name = string,
     directory = function(x, arg, call) if (is.null(x)) NULL else path.expand(string(x, arg, call)),
     keep_files = optional_flag)), list(...))
 }
@@ -102,12 +122,18 @@ slurm <- function(partition, time, sbatch_args, srun_args, job_name, directory, 
 #' local Ray started for the job and shut down after it. Script paths (and the
 #' working directory) must exist on every node.
 #'
+#' With `gpus_per_task`, the actor of each task that trains asks Ray for that
+#' many GPUs (`num_gpus`), and Ray sets its `CUDA_VISIBLE_DEVICES`; parameter
+#' servers, and a parameter-server job's chief, ask for none.
+#'
 #' An argument left out takes the backend's default.
 #'
 #' @param address The Ray cluster to connect to; left out, `RAY_ADDRESS`, else
 #'   a local Ray.
 #' @param ray_options Options of every task's actor, a named list such as
 #'   `list(num_cpus = 2)`.
+#' @param gpus_per_task GPUs for each task that trains, a whole number (the
+#'   actors' `num_gpus`); left out, none are asked for.
 #' @param ... Other fields of the Python object `tfd$engines$Ray`, passed on as
 #'   they are.
 #' @return The engine (a Python `tfdistributed.engines.Ray`), for
@@ -117,15 +143,16 @@ slurm <- function(partition, time, sbatch_args, srun_args, job_name, directory, 
 #' @examples
 #' if (backend_available()) {
 #'   ray(ray_options = list(num_cpus = 1))
+#'   ray(gpus_per_task = 1)
 #' }
-ray <- function(address, ray_options, ...) {
+ray <- function(address, ray_options, gpus_per_task, ...) {
   engine_options("Ray", given_arguments(environment(), list(
     address = function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call),
     ray_options = function(x, arg, call) {
       check_named(x, arg, what = "a named list of actor options",
                   example = "list(num_cpus = 2)", call = call)
       if (is.null(x) || is_py(x)) x else reticulate::r_to_py(as.list(x))
-    })), list(...))
+    }, gpus_per_task = gpus_option)), list(...))
 }
 
 #' How a job heals: restarts, and hosts that come and go
@@ -232,6 +259,12 @@ given_arguments <- function(env, converters) {
 }
 
 optional_flag <- function(x, arg, call) as_flag(x, arg, allow_null = TRUE, call = call)
+
+# `gpus_per_task`: "all" as it is (the backend says which engines take it), a number as an
+# integer (R's whole doubles such as 1 accepted; 1.5 an error naming the fix).
+gpus_option <- function(x, arg = "gpus_per_task", call = rlang::caller_env()) {
+  if (is.character(x)) as_string(x, arg, call = call) else as_integer(x, arg, call = call)
+}
 
 engine_options <- function(class, given, more, call = rlang::caller_env()) {
   check_named(more, "...", what = "named fields of the engine", example = 'python = "python3"',

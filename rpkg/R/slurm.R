@@ -54,6 +54,9 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #' @param requeue Let SLURM requeue the job (`--requeue`), and requeue it when
 #'   its tasks stopped on a preemption notice (status 75), so that it resumes
 #'   from its backup by itself.
+#' @param gpus_per_task GPUs of its own for each task, a whole number
+#'   (`#SBATCH --gpus-per-task`; SLURM sets each task's
+#'   `CUDA_VISIBLE_DEVICES`); `NULL`: none asked for.
 #' @param ... Options of the batch script: `partition`,
 #'   `time_limit` (minutes), `sbatch_args`, `srun_args`, `job_name`,
 #'   `directory`, `env`.
@@ -67,10 +70,11 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #'   cat(slurm_script(script, workers = 2, partition = "cpu"))
 #' }
 slurm_script <- function(script, workers = 2, ps = 0, chief = FALSE, args = NULL,
-                         preemption_notice = 120, requeue = TRUE, ...) {
+                         preemption_notice = 120, requeue = TRUE, gpus_per_task = NULL, ...) {
   with_backend(backend()$slurm$slurm_script(
     normalizePath(as_string(script), mustWork = FALSE), workers = as_integer(workers),
     ps = as_integer(ps), chief = as_flag(chief), args = py_list(as.character(args)),
     rscript = file.path(R.home("bin"), "Rscript"),
-    preemption_notice = as_integer(preemption_notice), requeue = as_flag(requeue), ...))
+    preemption_notice = as_integer(preemption_notice), requeue = as_flag(requeue),
+    gpus_per_task = if (is.null(gpus_per_task)) NULL else gpus_option(gpus_per_task), ...))
 }

@@ -19,6 +19,9 @@ module         what it holds
 ``restarts``   the one attempt loop that drives any engine (:func:`~.restarts.run`) and
                the restart policy (``Restarts(max_restarts=)``)
 ``output``     what is done with the lines the tasks print, the same on every engine
+``gpus``       which GPUs each task gets (``gpus_per_task`` of every engine): its share of
+               this machine's in its ``CUDA_VISIBLE_DEVICES``, SLURM's ``--gpus-per-task``,
+               Ray's ``num_gpus``
 ``attribution`` which task's end caused a failed attempt: by each end's time and kind (a
                peer's "lost contact" is never the cause of a kill), every engine alike
 ``local/``     processes on this machine, or on hosts the caller names (:class:`Local`)

@@ -26,6 +26,7 @@ from ..cluster import join
 from ..errors import ArgumentTypeError
 from ..watch import channel
 from ..watch.recorder import DEFAULT_STALL_WARNING, STALL_TIMEOUT_ENV, STALL_WARNING_ENV
+from .gpus import check_gpus_per_task
 
 __all__ = ["DEFAULT_TIMEOUT", "ENGINE_OPTIONS", "Engine", "JobPlan", "Local", "Ray", "Restarts",
            "Slurm", "Watch", "check_hosts", "check_timeout"]
@@ -119,15 +120,20 @@ class Engine(_Options):
     Args:
         python: the Python that runs a ``.py`` target and the servers (default: this one).
         rscript: the ``Rscript`` that runs an ``.R`` target (default: ``Rscript`` on the PATH).
+        gpus_per_task: GPUs each task that trains gets (:mod:`~tfdistributed.engines.gpus`): a
+            number (0: none), ``"all"`` (local only), or None: on this machine the GPUs split
+            evenly, on SLURM and Ray none asked for.
     """
 
     name: ClassVar[str] = ""
     python: str | None = None
     rscript: str | None = None
+    gpus_per_task: int | str | None = None
 
     def __post_init__(self):
         _text(self.python, "python", "'/usr/bin/python3'")
         _text(self.rscript, "rscript", "'/usr/lib/R/bin/Rscript'")
+        check_gpus_per_task(self.gpus_per_task, self.name or "local")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -139,11 +145,15 @@ class Local(Engine):
         warm_start: fork each task from a warm process (None: ``TFDISTRIBUTED_WARM_START``).
         tasks: start only these ``(task_type, task_index)`` of the cluster.
         prepare_task: called with each task's :class:`~.local.TaskPlan` before it starts.
+        gpus_per_task: each task's share of this machine's GPUs, in its
+            ``CUDA_VISIBLE_DEVICES``: None (the default), the GPUs split evenly among the tasks
+            that train; a number each; ``"all"``; ps tasks get none
+            (:mod:`~tfdistributed.engines.gpus`).
         python, rscript: as :class:`Engine`.
 
     Example:
-        >>> Local(warm_start=True)
-        Local(warm_start=True)
+        >>> Local(warm_start=True, gpus_per_task=1)
+        Local(gpus_per_task=1, warm_start=True)
     """
 
     name: ClassVar[str] = "local"
@@ -177,8 +187,10 @@ class Slurm(Engine):
     Args:
         partition: ``sbatch --partition``.
         time: ``sbatch --time`` (``"02:00:00"``, or minutes); default: the launch's timeout.
-        sbatch_args: more ``sbatch`` options, e.g. ``["--gres=gpu:1"]``.
+        sbatch_args: more ``sbatch`` options, e.g. ``["--constraint=a100"]``.
         srun_args: more ``srun`` options.
+        gpus_per_task: ``sbatch --gpus-per-task``: SLURM gives each task that many GPUs of its
+            own (ps tasks too: one ``srun`` starts every task).
         job_name: ``sbatch --job-name``.
         directory: the job's directory, on storage this machine and the nodes share.
         keep_files: keep the job's directory (default: removed when it is a new one).
@@ -212,7 +224,12 @@ class Slurm(Engine):
                                     f"of minutes, got {time!r}.")
         if self.directory is not None and not isinstance(self.directory, (str, os.PathLike)):
             raise ArgumentTypeError(f"`directory` must be a path, got {self.directory!r}.")
-        _settle(self, sbatch_args=_words(self.sbatch_args, "sbatch_args"),
+        sbatch_args = _words(self.sbatch_args, "sbatch_args")
+        if self.gpus_per_task is not None and any(a.startswith("--gpus-per-task")
+                                                  for a in sbatch_args):
+            raise ArgumentTypeError("`gpus_per_task` and `sbatch_args` both ask for GPUs per "
+                                    "task: give gpus_per_task alone.")
+        _settle(self, sbatch_args=sbatch_args,
                 srun_args=_words(self.srun_args, "srun_args"),
                 directory=None if self.directory is None else os.fspath(self.directory),
                 keep_files=_flag(self.keep_files, "keep_files"),
@@ -226,6 +243,8 @@ class Ray(Engine):
     Args:
         address: the Ray cluster to connect to (default: ``RAY_ADDRESS``, else a local Ray).
         ray_options: options of every task's actor (``num_cpus``, ``resources``...).
+        gpus_per_task: ``num_gpus`` of each task that trains (ps tasks and a parameter-server
+            job's coordinator get none).
         poll: seconds between two looks at the actors.
         python, rscript: the interpreters on the nodes (as :class:`Engine`).
 
@@ -246,6 +265,11 @@ class Ray(Engine):
             raise ArgumentTypeError(f"`ray_options` must be a dict of actor options, e.g. "
                                     f"{{'num_cpus': 2}}, got {self.ray_options!r}.",
                                     hints={"r": "E.g. ray_options = list(num_cpus = 2)."})
+        if self.gpus_per_task is not None and "num_gpus" in (self.ray_options or {}):
+            raise ArgumentTypeError("`gpus_per_task` and `ray_options` both give the actors "
+                                    "GPUs (num_gpus): give gpus_per_task alone (only the tasks "
+                                    "that train get them), or num_gpus in ray_options alone "
+                                    "(every task's actor gets them).")
         _settle(self, poll=as_seconds(self.poll, "poll", minimum=0.01))
 
 

@@ -11,6 +11,8 @@ module              what it holds
 ``packing``         the gradient all-reduce in packs that overlap the backward pass
 ``gradients``       a gradient's values, dense or ``IndexedSlices`` (shared by the three above)
 ``runtime``         TensorFlow settings that must be made before it starts (its CPU allocator)
+``gpus``            on GPUs: memory growth, and NCCL for the multi-worker all-reduce, decided
+                    from the list of GPUs
 ==================  ============================================================================
 
 Layer: above ``cluster``. The all-reduce options (``compression``, ``packing``) are read by the

@@ -14,6 +14,10 @@ class names ``MirroredStrategy``, ``MultiWorkerMirroredStrategy``... work too):
 ``auto``                          chosen from TF_CONFIG and the local devices (see below)
 ================================  ===========================================================
 
+On GPUs, every kind gets memory growth on each GPU, and ``multi_worker_mirrored`` NCCL for
+its all-reduce unless ``communication_options`` chose another implementation
+(:mod:`tfdistributed.strategies.gpus`; ``TF_FORCE_GPU_ALLOW_GROWTH=false`` turns growth off).
+
 ``auto`` picks ``parameter_server`` when TF_CONFIG has ``ps`` tasks (on the chief, or on the
 coordinator of a cluster without a chief, whose TF_CONFIG has no task), ``multi_worker_mirrored``
 when it has several workers, ``mirrored`` with several GPUs or when ``num_cpu_devices`` > 1 is
@@ -38,6 +42,7 @@ from ..cluster.addresses import check_own_address
 from ..cluster.environment import num_workers, read_tf_config, sync_tf_config
 from ..errors import ArgumentTypeError, StrategyError, closest
 from ..cluster import join
+from .gpus import settle_gpus, with_nccl
 
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage",
                   "multi_worker_mirrored", "parameter_server", "tpu", "auto")
@@ -315,7 +320,11 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
             0 or None); ignored when ``auto`` picks a local strategy.
         **kw: passed to the kind's constructor: ``cross_device_ops`` (mirrored),
             ``parameter_device`` (central_storage), ``communication_options``
-            (multi_worker_mirrored), ``variable_partitioner`` (parameter_server), ``tpu``.
+            (multi_worker_mirrored: on a task with GPUs, NCCL unless it names another
+            implementation), ``variable_partitioner`` (parameter_server), ``tpu``.
+
+    Every GPU of the process gets memory growth first, unless
+    ``TF_FORCE_GPU_ALLOW_GROWTH=false`` (:mod:`tfdistributed.strategies.gpus`).
     """
     kind = canonical_name(name)
     compression = canonical_compression(gradient_compression)
@@ -335,6 +344,7 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
                                 f"known: {sorted(known)}.")
     # TF_CONFIG may have been set outside Python since it started (e.g. R's Sys.setenv()).
     sync_tf_config()
+    gpus = settle_gpus()  # memory growth, before TensorFlow starts its devices
     if num_cpu_devices:
         configure_cpu_devices(num_cpu_devices)
     if cluster_resolver is None and kind in ("auto", "multi_worker_mirrored", "parameter_server"):
@@ -352,6 +362,8 @@ def make_strategy(name="auto", *, devices=None, num_cpu_devices=None, cluster_re
             kw["communication_options"] = communication_options(
                 bytes_per_pack, kw.get("communication_options"))
         threads_for_overlap(bytes_per_pack)
+        if gpus:
+            kw["communication_options"] = with_nccl(gpus, kw.get("communication_options"))
     with join.timeout(join_timeout):
         strategy = _MAKERS[kind](devices=devices, cluster_resolver=cluster_resolver, **kw)
     if bytes_per_pack is not None:

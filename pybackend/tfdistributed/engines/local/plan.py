@@ -20,6 +20,7 @@ from ...cluster.local import Cluster
 from ...cluster.spec import parse_address
 from ...errors import ClusterConfigError, HostLostError, LaunchError
 from ..base import target_argv
+from ..gpus import VISIBLE_ENV, local_shares, trains, visible_gpus
 
 
 @dataclass
@@ -37,6 +38,8 @@ class TaskPlan:
         result_path: where a function target's return value comes back (else None).
         preexec_fn: called in the child process just before it runs ``argv`` (e.g. to pin it to
             a CPU), as :class:`subprocess.Popen`'s ``preexec_fn``.
+        gpus: the ``CUDA_VISIBLE_DEVICES`` ``gpus_per_task`` gave it (``"-1"``: none), or None
+            when the GPUs were left alone (:mod:`tfdistributed.engines.gpus`).
     """
 
     task_type: str
@@ -49,6 +52,7 @@ class TaskPlan:
     parameter_server: bool = False
     result_path: str | None = None
     preexec_fn: Callable | None = None
+    gpus: str | None = None
 
     @property
     def name(self) -> str:
@@ -141,14 +145,16 @@ def on_hosts(cluster: Cluster, hosts) -> Cluster:
 
 
 def plan_launch(target, cluster: Cluster, tasks=None, *, env=None, args=(), python=None,
-                rscript=None, cwd=None, prepare_task=None, hosts=None) -> LaunchPlan:
+                rscript=None, cwd=None, prepare_task=None, hosts=None,
+                gpus_per_task=None) -> LaunchPlan:
     """Each task's argv, environment and TF_CONFIG, for one attempt to start.
 
     ``cluster`` was checked already (:func:`~tfdistributed.cluster.checked_local`: loopback
     addresses or ``hosts`` only); here the ports of the tasks to start here must be free. A
     task on one of ``hosts`` (checked by :class:`~tfdistributed.engines.options.Local`) runs
-    behind that host's command prefix. The plan's ``workdir`` holds a function target's call
-    and results and is the caller's to remove.
+    behind that host's command prefix; the others get their share of this machine's GPUs
+    (``gpus_per_task``, :func:`~tfdistributed.engines.gpus.local_shares`). The plan's
+    ``workdir`` holds a function target's call and results and is the caller's to remove.
     """
     hosts = hosts or {}
     wanted = _chosen_tasks(cluster, tasks)
@@ -164,6 +170,8 @@ def plan_launch(target, cluster: Cluster, tasks=None, *, env=None, args=(), pyth
                    for n, (role, i) in enumerate(wanted)]
         for task in planned:
             task.argv[:0] = hosts.get(parse_address(task.address)[0], [])
+        _share_gpus([t for t in planned if host_of(t.address) not in hosts], base,
+                    gpus_per_task)
         for task in planned if prepare_task is not None else ():
             prepare_task(task)
     except BaseException:
@@ -171,6 +179,17 @@ def plan_launch(target, cluster: Cluster, tasks=None, *, env=None, args=(), pyth
         raise
     elsewhere = [t for t in cluster.tasks() if t not in wanted]
     return LaunchPlan(cluster, planned, elsewhere, workdir, cwd)
+
+
+def _share_gpus(tasks: list, base: dict, gpus_per_task) -> None:
+    """Each task's ``CUDA_VISIBLE_DEVICES``: its share of the GPUs found with ``base``, the
+    environment the tasks start from."""
+    gpus, found = visible_gpus(base)
+    keys = [(t.task_type, t.task_index, trains(t.task_type, t.parameter_server)) for t in tasks]
+    shares = local_shares(gpus, keys, gpus_per_task, found)
+    for task, key in zip(tasks, keys):
+        if key in shares:
+            task.gpus = task.env[VISIBLE_ENV] = shares[key]
 
 
 def _plan_task(cluster: Cluster, role, i, position, argv, base, python, workdir,

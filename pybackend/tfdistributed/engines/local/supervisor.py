@@ -376,7 +376,8 @@ class LocalLauncher:
         self.cluster = None if plan.cluster is None else checked_local(plan.cluster, self.hosts)
         self.options = dict(tasks=local.tasks, env=plan.task_env(), args=plan.args,
                             python=local.python, rscript=local.rscript, cwd=plan.cwd,
-                            prepare_task=local.prepare_task, hosts=self.hosts)
+                            prepare_task=local.prepare_task, hosts=self.hosts,
+                            gpus_per_task=local.gpus_per_task)
         self.min_workers = plan.restarts.min_workers
         self.grace_for_places = plan.restarts.lost_after
         if self.min_workers is not None and not self.places():

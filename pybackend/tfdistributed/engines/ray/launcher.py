@@ -17,7 +17,9 @@ must not change between engines. What it adds, restarting the whole worker group
 failure, is ``Restarts(max_restarts=)`` here, as on every engine
 (:mod:`tfdistributed.engines.restarts`), and every Ray option of the actors (``num_cpus``,
 ``num_gpus``, ``resources``, ``runtime_env``, ``scheduling_strategy``...) passes through
-``Ray(ray_options=)``.
+``Ray(ray_options=)``. ``Ray(gpus_per_task=N)`` asks ``num_gpus=N`` for the actors of the tasks
+that train only (:mod:`tfdistributed.engines.gpus`); Ray sets each actor's
+``CUDA_VISIBLE_DEVICES`` to its GPUs, and the task's process inherits it.
 
 A task's process dies with its actor (``PR_SET_PDEATHSIG``), so ``ray.kill`` and a lost node
 leave nothing behind; a dead actor fails the job with the task's name.
@@ -40,6 +42,7 @@ from ...cluster.addresses import local_addresses
 from ...cluster.local import Cluster
 from ...errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
 from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
+from ..gpus import ray_actor_options
 from ..output import Relay, error_summary, how_it_ended
 from ..restarts import failure_of
 from ..attribution import End, first_cause, kind_of_end
@@ -269,7 +272,7 @@ class RayJob:
     job, and every actor is stopped."""
 
     def __init__(self, ray, roles, ps_mode: bool, options: dict, relay: Relay, grace: float, *,
-                 start: dict, poll: float, nodes=None):
+                 start: dict, poll: float, nodes=None, gpus_per_task=None):
         self.ray = ray
         self.start_with, self.poll = start, poll
         self.roles = roles
@@ -281,14 +284,20 @@ class RayJob:
         actor_cls = ray.remote(_TaskActor)
         # An elastic job places one task on each of its nodes; else Ray places them.
         placement = [_on_node(node) for node in nodes] if nodes else [{} for _ in roles]
-        self.actors = [actor_cls.options(name=None, **{**options, **where}).remote()
-                       for where in placement]
+        self.asked = [self.actor_options(role, where, gpus_per_task)
+                      for (role, _), where in zip(roles, placement)]
+        self.actors = [actor_cls.options(name=None, **asked).remote() for asked in self.asked]
         self.lines = [[] for _ in roles]
         self.codes: list = [None] * len(roles)
         self.ended: list = [None] * len(roles)
         self.primaries = [n for n, (r, _) in enumerate(roles) if not ps_mode or r == "chief"]
         self.launched = self.stopped = False
         self.cluster: Cluster | None = None
+
+    def actor_options(self, role: str, where: dict, gpus_per_task=None) -> dict:
+        """The Ray options of the actor of a task of ``role``: the engine's, its GPUs
+        (``gpus_per_task``, for a task that trains) and, for an elastic job, its node."""
+        return {**self.options, **ray_actor_options(gpus_per_task, role, self.ps_mode), **where}
 
     def _results(self) -> list:
         return [TaskResult(r, i, c, list(out), None, self.ps_mode and r != "chief")
@@ -332,7 +341,8 @@ class RayJob:
         except ray.exceptions.GetTimeoutError:
             raise LaunchTimeoutError(
                 f"Ray could not start the job's {len(self.roles)} task actors within {timeout:g} s "
-                f"(each asks for {self.options}); the cluster has {ray.cluster_resources()}. Ask "
+                f"(they ask for {' and '.join(sorted(set(map(str, self.asked))))}); the cluster "
+                f"has {ray.cluster_resources()}. Ask "
                 f"for fewer tasks or resources, or add nodes.", self._results()) from None
         # All on this machine (one Ray node, or several Ray nodes of this machine): loopback only
         # (TensorFlow's gRPC servers have no authentication).
@@ -468,6 +478,7 @@ class RayLauncher:
                          engine.python, engine.rscript)
         self.address, self.env, self.cwd = engine.address, plan.task_env(), plan.cwd
         self.ray_options, self.poll = engine.ray_options, engine.poll
+        self.gpus_per_task = engine.gpus_per_task
         self.grace = plan.restarts.grace
         self.started_here = False
 
@@ -502,7 +513,8 @@ class RayLauncher:
         return RayJob(self.ray, roles, as_int(ps, "ps", minimum=0) > 0,
                       {"num_cpus": 1, **(self.ray_options or {})}, self.relay, self.grace,
                       start=dict(argv=argv, call_bytes=call_bytes, env=env, python=python,
-                                 cwd=self.cwd, deadline=deadline), poll=self.poll, nodes=nodes)
+                                 cwd=self.cwd, deadline=deadline), poll=self.poll, nodes=nodes,
+                      gpus_per_task=self.gpus_per_task)
 
     # -- nodes that come and go (engines/elastic) -------------------------------------------
     def places(self) -> list:

@@ -103,7 +103,8 @@ def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, 
                           job_name=slurm.job_name, partition=slurm.partition, requeue=False,
                           preemption_notice=None, time_limit=slurm.time or timeout / 60 + 1,
                           sbatch_args=[f"--chdir={base}", *slurm.sbatch_args],
-                          srun_args=slurm.srun_args, python=python, rscript=rscript, argv=argv)
+                          srun_args=slurm.srun_args, python=python, rscript=rscript, argv=argv,
+                          gpus_per_task=slurm.gpus_per_task)
     script_path = os.path.join(jobdir, "job.sh")
     with open(script_path, "w") as f:
         f.write(script)

@@ -18,6 +18,7 @@ from ..._args import as_int
 from ...errors import ArgumentTypeError
 from ...cluster.from_slurm import CHIEF_VARIABLE, PS_VARIABLE, layout
 from ..base import target_argv
+from ..gpus import slurm_sbatch_options
 from ..options import DEFAULT_JOB_NAME
 from ...watch.channel import PREEMPTED_EXIT_CODE
 
@@ -25,7 +26,7 @@ from ...watch.channel import PREEMPTED_EXIT_CODE
 def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, directory=None,
                  job_name=DEFAULT_JOB_NAME, partition=None, time_limit=None, sbatch_args=(),
                  srun_args=(), python=None, rscript=None, argv=None,
-                 preemption_notice=120, requeue=True) -> str:
+                 preemption_notice=120, requeue=True, gpus_per_task=None) -> str:
     """The ``sbatch`` script that runs ``target`` as a SLURM job (to print, keep or submit).
 
     Every task runs the target through ``python -m tfdistributed.engines.slurm.task``, which sets
@@ -52,7 +53,11 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
             (``--requeue``), and requeue it from the script when the tasks stopped because
             they were told to (status 75), so it resumes from its backup by itself.
             ``launch(engine=Slurm())`` passes False: it resubmits under ``max_restarts``.
-        sbatch_args, srun_args: more options, e.g. ``["--gres=gpu:1"]``, ``["--resv-ports"]``.
+        sbatch_args, srun_args: more options, e.g. ``["--constraint=a100"]``,
+            ``["--resv-ports"]``.
+        gpus_per_task: GPUs of its own for each task (``#SBATCH --gpus-per-task=N``; SLURM sets
+            each task's ``CUDA_VISIBLE_DEVICES``); every task gets them, ps tasks too. None
+            (the default) or 0: none asked for.
         python, rscript: interpreters on the nodes (default: this Python, ``Rscript`` on the
             PATH).
         argv: the command each task runs, instead of the one derived from ``target``.
@@ -99,7 +104,7 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
             lines.append(f"#SBATCH --signal=TERM@{notice}")
     if requeue:
         lines.append("#SBATCH --requeue")
-    lines += [f"#SBATCH {a}" for a in sbatch_args]
+    lines += [f"#SBATCH {a}" for a in [*slurm_sbatch_options(gpus_per_task), *sbatch_args]]
     exports = {PS_VARIABLE: str(int(ps)), CHIEF_VARIABLE: str(int(bool(chief or ps))),
                "PYTHONUNBUFFERED": "1", "TFDISTRIBUTED_LAUNCHED": "1",
                "RETICULATE_PYTHON": os.environ.get("RETICULATE_PYTHON", python)}

@@ -29,8 +29,9 @@ What is not the same as a fresh interpreter, and so when a task starts the usual
   attempt, a user's own) is set in the child, whose ``os.environ`` is the task's whole
   environment;
 - a task run through a command prefix (``Local(hosts=)``: another network namespace), by
-  another interpreter (``Local(python=)``), or with a ``preexec_fn`` (``prepare_task``)
-  always starts the usual way;
+  another interpreter (``Local(python=)``), with a ``preexec_fn`` (``prepare_task``), or
+  given its GPUs by ``gpus_per_task`` (:mod:`tfdistributed.engines.gpus`: on a machine with
+  GPUs, every task by default) always starts the usual way;
 - TensorFlow's own start-up lines (oneDNN, CUDA) are printed once by the server, not by each
   task;
 - seen from outside, a task's command line and environment (``ps``, ``/proc/PID/cmdline``

@@ -411,8 +411,14 @@ def start_task(plan, cwd, warm: bool, note=None, preexec_fn=None):
     when a warm start was asked for but could not be made, and why. ``preexec_fn`` is what a
     task started with Popen runs before it becomes the task (the plan's own ``preexec_fn``
     wrapped by the launcher); a forked task's server does the same for it (it dies with its
-    server, which ends when the launching process does)."""
-    target = _warm_argv(plan.argv, sys.executable) if warm and plan.preexec_fn is None else None
+    server, which ends when the launching process does). A task whose GPUs ``gpus_per_task``
+    chose (``plan.gpus``) starts the usual way: each such task has a ``CUDA_VISIBLE_DEVICES`` of
+    its own, so it would need a server of its own (a job of more tasks than
+    :data:`MAX_SERVERS` would close the server of a running one, and so kill it), and CUDA
+    does not work in a child forked after its parent started CUDA, which no GPU run has yet
+    shown a server never does."""
+    target = _warm_argv(plan.argv, sys.executable) \
+        if warm and plan.preexec_fn is None and getattr(plan, "gpus", None) is None else None
     if target is not None:
         # Popen's cwd=None is the launcher's own directory; the server's is not.
         workdir = os.getcwd() if cwd is None else cwd
