@@ -18,7 +18,7 @@ TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: setup lint demo test check docs bench clean
+.PHONY: setup lint demo test check docs bench stress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -49,10 +49,26 @@ check: lint
 docs: setup
 	@$(PY) scripts/docsite.py $(ROOT)/site
 
+# The release files into dist/ (gitignored). R: the source package, its vignettes built inside
+# from the tutorials knitted once (their code runs real clusters: minutes, as in make docs),
+# scripts/dist_r.py.
+.PHONY: dist
+dist: setup
+	@$(PY) scripts/dist_r.py $(ROOT)/dist
+
 # make bench BENCH_ARGS=--quick: a < 4 min smoke test of every benchmark.
 bench:
 	@BENCH=1 bash scripts/setup.sh
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# The stress tier for the races between a task's end and its peers' (which end the launcher sees
+# first, a worker leaving while a peer still reads from it): the self-healing, chaos,
+# preemption, elastic and end-of-job tests, 20 rounds each, with every core kept busy by a
+# bounded CPU hog (scripts/stress.py; STRESS_ARGS="--rounds 5 --groups self-healing"). Hours on
+# a 2-core machine; not part of make test.
+STRESS_ARGS ?=
+stress: setup
+	@$(PY) scripts/stress.py $(STRESS_ARGS)
 
 clean:
 	rm -rf .venv .rlib .rlib-keras3 .setup site .site-build .pytest_cache .ruff_cache .logs

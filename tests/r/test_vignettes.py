@@ -60,7 +60,7 @@ EXPECTED = {
                              "h1 idle 10.77.0.3",
                              '1: {"cluster": {"worker": ["10.77.0.2:',
                              "1: multi_worker_mirrored 1 of 2: test accuracy",
-                             "#SBATCH --gres=gpu:1", "[launch] submitted SLURM job",
+                             "#SBATCH --gpus-per-task=1", "[launch] submitted SLURM job",
                              "[worker 1] multi_worker_mirrored 1 of 2: test accuracy",
                              "Task worker 1 exited with status 1 (SLURM job",
                              "out of memory on this node", "kind: TFJob",
