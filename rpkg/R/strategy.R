@@ -18,6 +18,13 @@
 #' must be given in the first strategy of the R session (before anything else
 #' uses TensorFlow). Later strategies reuse those logical CPUs.
 #'
+#' On GPUs, every GPU the process sees gets memory growth first, so that
+#' TensorFlow takes memory as it needs it and tasks can share a GPU
+#' (`TF_FORCE_GPU_ALLOW_GROWTH=false`, TensorFlow's own variable, turns it
+#' off), and `multi_worker_mirrored` all-reduces with NCCL unless
+#' `communication_options` names another implementation. No GPU run has been
+#' measured yet (the article "GPUs" on the site).
+#'
 #' @param name Strategy name (see Details).
 #' @param devices Device string(s) for `one_device`, `mirrored` and
 #'   `central_storage`, e.g. `c("/cpu:0", "/cpu:1")`.
