@@ -1,8 +1,9 @@
 """Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief]
 [--max-restarts N] [--min-workers N] [--join-timeout S] [--backend local|slurm|ray]
-[--partition P] script [args]``: the flags given make ``launch()``'s option objects
-(``--backend slurm --partition P``: ``engine=tfd.engines.Slurm(partition=P)``; ``--max-restarts
-N``: ``restarts=tfd.Restarts(max_restarts=N)``), the others keep their defaults.
+[--partition P] [--gpus-per-task N|all] script [args]``: the flags given make ``launch()``'s
+option objects (``--backend slurm --partition P``: ``engine=tfd.engines.Slurm(partition=P)``;
+``--max-restarts N``: ``restarts=tfd.Restarts(max_restarts=N)``), the others keep their
+defaults.
 
 ``python -m tfdistributed versions [--check] [--format json|table]``: the TensorFlow, Keras and
 tensorflow-datasets installed here and the ranges this installation supports
@@ -94,12 +95,18 @@ def _options(ns) -> dict:
 
     return dict(
         **_given(workers=ns.workers, ps=ns.ps, timeout=ns.timeout),
-        engine=ENGINE_OPTIONS[ns.backend](**_given(partition=ns.partition)),
+        engine=ENGINE_OPTIONS[ns.backend](**_given(partition=ns.partition,
+                                                   gpus_per_task=ns.gpus_per_task)),
         restarts=Restarts(**_given(max_restarts=ns.max_restarts, min_workers=ns.min_workers,
                                    join_timeout=ns.join_timeout)),
         watch=Watch(**_given(stall_warning=ns.stall_warning, stall_timeout=ns.stall_timeout,
                              tensorboard=ns.tensorboard,
                              progress=False if ns.no_progress else None)))
+
+
+def gpu_count(value: str):
+    """``--gpus-per-task``: a whole number, or ``all``."""
+    return value if value == "all" else int(value)
 
 
 def _report(result) -> None:
@@ -150,6 +157,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
                    help="where the tasks run (default: local processes on 127.0.0.1)")
     p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
+    p.add_argument("--gpus-per-task", type=gpu_count, default=None,
+                   help="GPUs each training task gets (all: every GPU; default: this machine's "
+                        "split evenly; on SLURM and Ray none)")
     p.add_argument("--stall-warning", type=float, default=None,
                    help=f"seconds without a step before the stalled task is named (default "
                         f"{Watch.stall_warning:g})")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -261,3 +263,21 @@ def test_ray_actors_ask_for_the_gpus_and_the_timeout_names_them(ray_cluster):
     # The session's Ray has no GPU: the worker's actor is never placed, and the error says
     # what each actor asked for.
     assert "{'num_cpus': 1, 'num_gpus': 1}" in message and "{'num_cpus': 1}" in message, message
+
+
+@pytest.mark.cluster
+def test_the_command_line_takes_gpus_per_task(no_gpus_of_ours, tmp_path):
+    script = tmp_path / "who.py"
+    script.write_text(WHO_AM_I)
+    done = subprocess.run([sys.executable, "-m", "tfdistributed", "launch", "--workers", "2",
+                           "--gpus-per-task", "all", "--timeout", "120", str(script)],
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}, capture_output=True,
+                          text=True, timeout=200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for i in (0, 1):
+        assert f"[worker {i}] gpus 0,1 cold" in done.stdout, done.stdout
+    refused = subprocess.run([sys.executable, "-m", "tfdistributed", "launch",
+                              "--gpus-per-task", "two", str(script)], capture_output=True,
+                             text=True, timeout=200)
+    assert refused.returncode == 2 and "--gpus-per-task: invalid gpu_count value: 'two'" in \
+        refused.stderr, refused.stderr
