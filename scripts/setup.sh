@@ -117,7 +117,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   "$PY" -m venv "$VENV"
 fi
-req_hash="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
+# pyproject.toml declares the supported ranges; constraints/dev.txt pins this environment's
+# exact releases within them (the newest tested end). A change of either reinstalls.
+CONSTRAINTS="$ROOT/constraints/dev.txt"
+req_hash="$(cat pyproject.toml "$CONSTRAINTS" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
    || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest, ray.train, pdoc, selenium" >/dev/null 2>&1; then
   log "installing the backend (editable) with its test, ray and docs extras into $VENV"
@@ -125,7 +128,7 @@ if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
   # rpy2 builds against R; point it at the Debian R found above. The ray extra is for the Ray
   # backend's tests (tests/python/test_ray.py), which run against a real local Ray.
   # The docs extra builds the site's Python API reference and drives its browser test.
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[tensorflow,test,ray,docs]"
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[tensorflow,test,ray,docs]"
   # scikit-learn is no longer needed (the demo digits ship in the package), but a .venv made
   # before may hold it, and Keras imports it in every process when it is there (~0.9 s of CPU).
   "$VENV/bin/python" -m pip uninstall -y -q scikit-learn >/dev/null 2>&1 || true
@@ -142,7 +145,7 @@ fi
 if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" != "$req_hash" ] \
    || ! "$VENV/bin/python" -c "import tf_keras, matplotlib" >/dev/null 2>&1; }; then
   log "installing the bench extra (tf_keras, matplotlib) into $VENV"
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -e ".[tensorflow,test,ray,docs,bench]"
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[tensorflow,test,ray,docs,bench]"
   echo "$req_hash" > "$STAMP_DIR/bench.hash"
 fi
 

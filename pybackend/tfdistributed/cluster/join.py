@@ -16,6 +16,12 @@ default for an hour. Here, while it waits:
   (``cluster_register_with_barrier``), so the leader and every other task raise
   ``DeadlineExceededError`` when a task is missing, and the process lives on. That error
   becomes :class:`JoinTimeoutError`, naming the missing tasks and their addresses.
+- TensorFlow before 2.19 has no such barrier (:func:`has_register_barrier`): there only a task
+  that cannot reach the leader times out; the leader, and every task that did reach it, wait for
+  a missing task for TensorFlow's hour, holding Python's lock, so no exception can end that
+  wait. There the watching process keeps the timeout: :data:`GRACE` seconds after it, if the
+  task still waits, it prints the same ``JoinTimeoutError`` text and ends the task (SIGTERM,
+  then SIGKILL), and the task's exit says the join failed; its process does not live on.
 
 The timeout is, first to last: ``make_strategy(join_timeout=)`` (:func:`join_timeout`),
 ``TFDISTRIBUTED_JOIN_TIMEOUT`` (``launch(join_timeout=)`` sets it in every task; a
@@ -50,6 +56,8 @@ DEFAULT_JOIN_TIMEOUT = 300.0  # seconds: a late task may be a slow scheduler, no
 FIRST_NOTICE = 25.0
 NOTICE_INTERVAL = 15.0
 PROBE_TIMEOUT = 3.0
+GRACE = 5.0  # seconds past the join timeout before the watcher ends a task TensorFlow cannot
+#              end (TensorFlow < 2.19), so that TensorFlow's own error comes first where it can
 ENV = "TFDISTRIBUTED_JOIN_TIMEOUT"
 
 _state = threading.local()  # the join_timeout of the make_strategy() running on this thread
@@ -158,6 +166,8 @@ def watch_main(argv=None) -> None:
     while os.getppid() == parent:
         waited = spec["waited"] + time.monotonic() - started
         if waited >= spec["seconds"]:
+            if spec.get("end_task"):
+                end_task(spec, parent)
             return
         line = notice(spec["me"], [tuple(t) for t in spec["tasks"]], waited,
                       spec["seconds"] - waited)
@@ -167,18 +177,52 @@ def watch_main(argv=None) -> None:
         time.sleep(spec["interval"])
 
 
+def gave_up(me: str, tasks, seconds: float) -> str:
+    """What :class:`JoinTimeoutError` says when ``me`` gave up waiting for ``tasks``."""
+    absent = missing(tasks) or [f"{name} at {address}: it answers on its port, but never "
+                                "joined" for name, address in tasks]
+    return (f"{me} gave up joining the job after {seconds:g} s (the join timeout); "
+            f"missing: {'; '.join(absent)}. Start every task of TF_CONFIG's cluster, each "
+            "with its own task index, at the address the cluster gives it (check the address "
+            "and port, and that the network lets them through), or give a longer join "
+            f"timeout ({ENV}, join_timeout=).")
+
+
+def end_task(spec: dict, parent: int) -> None:
+    """At the join timeout of a TensorFlow that cannot end the join itself (< 2.19): after
+    :data:`GRACE` seconds, if ``parent`` still waits, print the error and end it."""
+    import signal
+
+    time.sleep(spec.get("grace", GRACE))
+    if os.getppid() != parent:
+        return
+    print(f"tfdistributed.errors.JoinTimeoutError: "
+          f"{gave_up(spec['me'], [tuple(t) for t in spec['tasks']], spec['seconds'])} "
+          "(This TensorFlow cannot end a join the task waits in: TensorFlow 2.19 and later "
+          "raise this error in the task; here the task is ended.)", file=sys.stderr, flush=True)
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(parent, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and os.getppid() == parent:
+            time.sleep(0.1)
+        if os.getppid() != parent:
+            return
+
+
 class Watcher:
     """While ``me`` waits to join, a process telling which of ``tasks`` it may still wait for.
 
     A process, not a thread: TensorFlow holds Python's lock (the GIL) for the whole wait
     (``context.ensure_initialized()``), so no thread of the task could speak meanwhile. It
     writes to the task's standard error (inherited), and ends when the join ends, when the task
-    is gone, or at the join timeout.
+    is gone, or at the join timeout; with ``end_task`` (a TensorFlow without the register
+    barrier), it ends the task :data:`GRACE` seconds after the join timeout if it still waits.
     """
 
     def __init__(self, me: str, tasks: list[tuple[str, str]], seconds: float, *,
-                 first=FIRST_NOTICE, interval=NOTICE_INTERVAL):
-        self.me, self.tasks, self.seconds = me, tasks, seconds
+                 first=FIRST_NOTICE, interval=NOTICE_INTERVAL, end_task=False):
+        self.me, self.tasks, self.seconds, self.end_task = me, tasks, seconds, end_task
         # Seconds to the first notice, and between two: a short join timeout (a user's 20 s)
         # still gets its notices, a third of the way in and at two thirds.
         self.first, self.interval = min(first, seconds / 3), min(interval, seconds / 3)
@@ -190,7 +234,8 @@ class Watcher:
         import subprocess
 
         spec = dict(me=self.me, tasks=self.tasks, seconds=self.seconds, first=self.first,
-                    interval=self.interval, parent=os.getpid(), waited=self.first)
+                    interval=self.interval, parent=os.getpid(), waited=self.first,
+                    end_task=self.end_task, grace=GRACE)
         package_dir = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [package_dir, *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -208,14 +253,7 @@ class Watcher:
             self._process.wait()
 
     def error(self) -> JoinTimeoutError:
-        absent = missing(self.tasks) or [f"{name} at {address}: it answers on its port, but "
-                                         "never joined" for name, address in self.tasks]
-        return JoinTimeoutError(
-            f"{self.me} gave up joining the job after {self.seconds:g} s (the join timeout); "
-            f"missing: {'; '.join(absent)}. Start every task of TF_CONFIG's cluster, each "
-            "with its own task index, at the address the cluster gives it (check the address "
-            "and port, and that the network lets them through), or give a longer join "
-            f"timeout ({ENV}, join_timeout=).")
+        return JoinTimeoutError(gave_up(self.me, self.tasks, self.seconds))
 
 
 def _python() -> str:
@@ -226,6 +264,15 @@ def _python() -> str:
         if path and os.path.basename(path).startswith("python") and os.path.exists(path):
             return path
     return "python3"
+
+
+def has_register_barrier() -> bool:
+    """Whether this TensorFlow's coordination service can make registration a barrier
+    (``CoordinationServiceConfig.cluster_register_with_barrier``, new in TensorFlow 2.19)."""
+    from tensorflow.python.eager import context
+
+    config = context.coordination_config_pb2.CoordinationServiceConfig
+    return "cluster_register_with_barrier" in config.DESCRIPTOR.fields_by_name
 
 
 def with_join_timeout(original):
@@ -242,10 +289,11 @@ def with_join_timeout(original):
         if ours:
             kwargs["cluster_register_timeout_in_ms"] = int(join_timeout() * 1000)
         result = original(self, service_type, *args, **kwargs)
-        if ours and self._coordination_service_config is not None:
+        config = self._coordination_service_config
+        if ours and config is not None and has_register_barrier():
             # Without the barrier only a task that cannot reach the leader times out; the
             # leader itself would wait for a missing task past any timeout.
-            self._coordination_service_config.cluster_register_with_barrier = True
+            config.cluster_register_with_barrier = True
         return result
 
     configure_coordination_service.__tfdistributed_original__ = original
@@ -267,7 +315,8 @@ def watched_join(original):
         if task_type is None or task_id is None:
             return original(self, cluster_resolver)  # TensorFlow's own error says what is missing
         tasks = peers(cluster_resolver.cluster_spec().as_dict(), task_type, task_id)
-        with Watcher(f"{task_type} {task_id}", tasks, join_timeout()) as watcher:
+        with Watcher(f"{task_type} {task_id}", tasks, join_timeout(),
+                     end_task=not has_register_barrier()) as watcher:
             _state.joining = True
             try:
                 return original(self, cluster_resolver)
