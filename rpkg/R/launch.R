@@ -34,7 +34,8 @@
 #' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
 #' @param chief Add a chief task.
 #' @param timeout Seconds for the whole job, restarts included; then every
-#'   process is stopped.
+#'   process is stopped. On SLURM, its running time: not its wait in the queue
+#'   (see [slurm()]).
 #' @param env Named character vector of extra environment variables for every task.
 #' @param args Command-line arguments for the script.
 #' @param echo Print each task's output as it arrives.

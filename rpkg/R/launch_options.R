@@ -78,11 +78,20 @@ local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
 #' (`#SBATCH --gpus-per-task`) and sets its `CUDA_VISIBLE_DEVICES`; every task
 #' of the job gets them, parameter servers too.
 #'
+#' Two clocks: `time` is SLURM's own limit on the job; [launch_cluster()]'s
+#' `timeout` counts the job's running time, summed over its attempts (each
+#' restart waits in the queue again), not its wait in SLURM's queue. While the
+#' job waits, the launcher prints so with SLURM's reason (`[launch] SLURM job
+#' 42 is waiting in the queue (Resources)`), again every minute, and when it
+#' starts (`SLURM job 42 started after 37 s in the queue`).
+#'
 #' An argument left out takes the backend's default.
 #'
 #' @param partition The partition (`sbatch --partition`).
 #' @param time SLURM's time limit (`sbatch --time`): `"02:00:00"`, or a number
-#'   of minutes; left out, the launch's `timeout`.
+#'   of minutes. Left out, none is asked for and the partition's default
+#'   applies (it is not derived from `timeout`); give one to bound a job whose
+#'   R session was lost, which cannot cancel it.
 #' @param sbatch_args,srun_args More `sbatch` and `srun` options, e.g.
 #'   `"--constraint=a100"`.
 #' @param gpus_per_task GPUs of its own for each task, a whole number
@@ -91,6 +100,9 @@ local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
 #' @param directory The job's directory, on shared storage; left out, a new
 #'   directory under the working directory, removed afterwards.
 #' @param keep_files Keep the job's directory.
+#' @param queue_timeout Seconds each attempt may wait in SLURM's queue before
+#'   it is cancelled with an error naming SLURM's reason; left out, as long as
+#'   SLURM keeps it queued.
 #' @param ... Other fields of the Python object `tfd$engines$Slurm` (e.g.
 #'   `python`, the Python on the nodes), passed on as they are.
 #' @return The engine (a Python `tfdistributed.engines.Slurm`), for
@@ -102,7 +114,7 @@ local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
 #'   slurm(partition = "gpu", time = "02:00:00", gpus_per_task = 1)
 #' }
 slurm <- function(partition, time, sbatch_args, srun_args, gpus_per_task, job_name, directory,
-                  keep_files, ...) {
+                  keep_files, queue_timeout, ...) {
   string <- function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call)
   options <- function(x, arg, call) py_list(as.character(x))
   engine_options("Slurm", given_arguments(environment(), list(
@@ -112,7 +124,7 @@ slurm <- function(partition, time, sbatch_args, srun_args, gpus_per_task, job_na
     },
     sbatch_args = options, srun_args = options, gpus_per_task = gpus_option, job_name = string,
     directory = function(x, arg, call) if (is.null(x)) NULL else path.expand(string(x, arg, call)),
-    keep_files = optional_flag)), list(...))
+    keep_files = optional_flag, queue_timeout = as_number)), list(...))
 }
 
 #' Where a job runs: Ray actors

@@ -50,7 +50,8 @@ def launch(target, workers=2, ps=0, chief=False, *, cluster=None, timeout=DEFAUL
         ps: number of parameter-server tasks (needs ``chief=True``; the target runs as the chief).
         chief: add a ``chief`` task.
         cluster: a cluster dict to run instead of ``workers``/``ps``/``chief`` (local engine).
-        timeout: seconds for the whole job, restarts included.
+        timeout: seconds for the whole job, restarts included (on SLURM, its running time: not
+            its wait in the queue; see :class:`~tfdistributed.engines.Slurm`).
         env: extra environment variables for every task.
         args: command-line arguments of a script, positional arguments of a function.
         cwd: the tasks' working directory (default: this process's).

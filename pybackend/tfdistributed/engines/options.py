@@ -184,9 +184,25 @@ class Local(Engine):
 class Slurm(Engine):
     """A SLURM job submitted with ``sbatch``, followed, and cancelled with ``scancel``.
 
+    Two clocks, as SLURM users mean them: ``time`` is SLURM's own limit on the job, counted by
+    SLURM from the job's start; ``launch(timeout=)`` is the launcher's, and counts the job's
+    running time, summed over its attempts (each restart waits in the queue again): what it
+    waits in SLURM's queue is not taken from it. While the job waits, the launcher says so
+    with SLURM's reason (``[launch] SLURM job 42 is waiting in the queue (Resources)``), again
+    every minute, and when it starts (``SLURM job 42 started after 37 s in the queue``); the
+    result's ``queue_seconds`` is the wait, every attempt's summed. The launcher cancels its
+    job (``scancel``) at the timeout, on a failure and on an interrupt.
+
     Args:
         partition: ``sbatch --partition``.
-        time: ``sbatch --time`` (``"02:00:00"``, or minutes); default: the launch's timeout.
+        time: ``sbatch --time`` (``"02:00:00"``, or minutes). Default: no ``--time`` of ours,
+            so the partition's default limit applies. It is not derived from ``timeout``: a
+            limit above the partition's maximum is refused, or leaves the job pending
+            (``PartitionTimeLimit``). Give one to bound a job whose launcher was lost (its
+            machine down, its process killed), which cannot cancel it.
+        queue_timeout: seconds each attempt may wait in SLURM's queue before it is cancelled
+            (a ``LaunchTimeoutError`` with SLURM's reason); None: as long as SLURM keeps it
+            queued.
         sbatch_args: more ``sbatch`` options, e.g. ``["--constraint=a100"]``.
         srun_args: more ``srun`` options.
         gpus_per_task: ``sbatch --gpus-per-task``: SLURM gives each task that many GPUs of its
@@ -205,6 +221,7 @@ class Slurm(Engine):
     name: ClassVar[str] = "slurm"
     partition: str | None = None
     time: Any = None
+    queue_timeout: float | None = None
     sbatch_args: tuple = ()
     srun_args: tuple = ()
     job_name: str = DEFAULT_JOB_NAME
@@ -233,7 +250,9 @@ class Slurm(Engine):
                 srun_args=_words(self.srun_args, "srun_args"),
                 directory=None if self.directory is None else os.fspath(self.directory),
                 keep_files=_flag(self.keep_files, "keep_files"),
-                poll=as_seconds(self.poll, "poll", minimum=0.01))
+                poll=as_seconds(self.poll, "poll", minimum=0.01),
+                queue_timeout=None if self.queue_timeout is None else
+                as_seconds(self.queue_timeout, "queue_timeout", minimum=1))
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -2,14 +2,18 @@
 
 Inside `srun`, make_strategy("auto") / distribute_strategy("auto") builds the cluster from
 SLURM's environment with no TF_CONFIG and no SLURM code in the script; launch(...,
-backend="slurm") submits with sbatch, follows each task, and cancels failed or late jobs.
+backend="slurm") submits with sbatch, follows each task, and cancels failed or late jobs. Jobs
+held in the queue (`sbatch --hold`, released by `ReleaseAfter`) show that the timeout counts
+running time, not the wait in the queue.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -22,6 +26,44 @@ from enginesupport import (SCRIPTS, assert_history_and_figures_came_back, assert
                            processes_running, r_env)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+class ReleaseAfter:
+    """``launch(on_output=)`` for jobs submitted held (``Slurm(sbatch_args=["--hold"])``):
+    keeps the lines, and ``scontrol release``-s each submitted job ``seconds`` after its
+    submission line, from a timer thread, noting the time limit SLURM gave it (``TimeLimit``)
+    first. A context manager: timers not yet fired are cancelled on exit."""
+
+    def __init__(self, slurm, seconds: float):
+        self.slurm, self.seconds = slurm, seconds
+        self.lines, self.jobs, self.time_limits, self.timers = [], [], [], []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+        submitted = re.match(r"\[launch\] submitted SLURM job (\d+) ", line)
+        if submitted:
+            self.jobs.append(submitted.group(1))
+            timer = threading.Timer(self.seconds, self._release, (submitted.group(1),))
+            self.timers.append(timer)
+            timer.start()
+
+    def _release(self, job: str) -> None:
+        shown = self.slurm.run(["scontrol", "show", "job", job], check=False).stdout
+        self.time_limits.append(re.search(r"TimeLimit=(\S+)", shown).group(1))
+        self.slurm.run(["scontrol", "release", job], check=False)
+
+    def queue_waits(self) -> list:
+        """Seconds of each "started after N s in the queue" line."""
+        return [int(m.group(1)) for line in self.lines
+                for m in [re.search(r"started after (\d+) s in the queue", line)] if m]
+
+    def __enter__(self) -> "ReleaseAfter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for timer in self.timers:
+            timer.cancel()
+            timer.join(timeout=30)
 
 
 def step_env(procid, ntasks, nodelist, per_node, localid, nodeid=0, **more):
@@ -108,6 +150,9 @@ def test_launch_function_target_returns_each_tasks_value(slurm_cluster):
                              ({"type": "worker", "index": 1}, "1", "hi")]
     assert [t.returncode for t in result.tasks] == [0, 0]
     assert len(result.cluster["worker"]) == 2 and result.job_id
+    # Slurm(time=) is SLURM's own limit of the job.
+    shown = slurm_cluster.run(["scontrol", "show", "job", result.job_id]).stdout
+    assert "TimeLimit=00:05:00" in shown
 
 
 def test_launch_python_script_two_workers_identical_weights(slurm_cluster, tmp_path):
@@ -142,7 +187,8 @@ def test_failing_task_fails_the_job_fast_and_by_name(slurm_cluster, tmp_path):
     assert processes_running(str(path)) == []
 
 
-def test_max_restarts_submits_the_job_again(slurm_cluster, tmp_path):
+def test_max_restarts_submits_the_job_again_and_each_attempt_waits_in_the_queue(
+        slurm_cluster, tmp_path):
     path = tmp_path / "flaky.py"
     path.write_text(textwrap.dedent("""
         import json, os
@@ -151,33 +197,72 @@ def test_max_restarts_submits_the_job_again(slurm_cluster, tmp_path):
             raise SystemExit("lost on attempt 0")
         print("attempt", attempt, flush=True)
     """))
-    lines = []
-    result = tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(),
-                        restarts=tfd.Restarts(max_restarts=1), timeout=120, echo=False,
-                        on_output=lines.append)
+    # Each attempt is submitted held and released 12 s later: 24 s in the queue in all, more
+    # than the 20 s timeout, which counts the attempts' running time only.
+    with ReleaseAfter(slurm_cluster, 12) as releaser:
+        result = tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(sbatch_args=["--hold"]),
+                            restarts=tfd.Restarts(max_restarts=1), timeout=20, echo=False,
+                            on_output=releaser)
+    lines = releaser.lines
     assert result.restarts == 1
     assert [t.output for t in result.tasks] == [["attempt 1"], ["attempt 1"]]
     assert [a["task"] for a in result.attempts] == ["worker 1", None]
     assert "[tfdistributed] worker 1 exited with status 1 on attempt 1 of 2 (lost on attempt " \
            "0); restarting the job" in lines
+    assert len(releaser.jobs) == 2 and result.job_id == releaser.jobs[1]
+    for job in releaser.jobs:
+        assert f"[launch] SLURM job {job} is waiting in the queue (JobHeldUser: it is held; " \
+               f"`scontrol release {job}` lets it start)" in lines
+    waits = releaser.queue_waits()
+    assert len(waits) == 2 and min(waits) >= 12, lines
+    assert 24 <= result.queue_seconds < result.seconds
+    assert result.queue_seconds > 20  # the timeout: it did not count the waits
+    # No time limit of ours (the timeout is not SLURM's --time): the partition's applies.
+    assert releaser.time_limits == ["UNLIMITED", "UNLIMITED"]
     assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
     assert processes_running(str(path)) == []
 
 
-def test_timeout_cancels_the_job(slurm_cluster, tmp_path):
+def test_timeout_counts_running_time_after_the_wait_in_the_queue(slurm_cluster, tmp_path):
     path = tmp_path / "slow.py"
     path.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
     t0 = time.monotonic()
-    # 12 s: room for the job to leave the queue and start its tasks on a busy machine (a job
-    # still pending at the timeout is reported as waiting, naming no task).
-    with pytest.raises(LaunchTimeoutError, match="did not finish within 12 s and was cancelled") as info:
-        tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(), timeout=12, echo=False)
+    # Held 16 s, longer than the 12 s timeout, which then counts from the job's start: 12 s
+    # leaves room for the tasks to start on a busy machine.
+    with ReleaseAfter(slurm_cluster, 16) as releaser, pytest.raises(
+            LaunchTimeoutError, match="did not finish within 12 s and was cancelled") as info:
+        tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(sbatch_args=["--hold"]),
+                   timeout=12, echo=False, on_output=releaser)
     # Cancelled, not waited for (the tasks sleep 300 s): the cancel alone may wait up to 30 s
     # for SLURM to let go of the job, more on a busy machine.
-    assert time.monotonic() - t0 < 120
-    assert "worker 0" in str(info.value)
+    assert 16 + 12 <= time.monotonic() - t0 < 150
+    message = str(info.value)
+    assert "Still running at the timeout: worker 0, worker 1." in message
+    waited = re.search(r"The timeout counts the job's running time; it also waited (\d+) s in "
+                       r"SLURM's queue\.", message)
+    assert waited and int(waited.group(1)) >= 16, message
+    assert "[worker 0] started" in releaser.lines and "[worker 1] started" in releaser.lines
+    assert releaser.queue_waits()[0] >= 16
     assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
     assert processes_running(str(path)) == []
+
+
+def test_queue_timeout_cancels_a_job_that_never_leaves_the_queue(slurm_cluster):
+    # Never released: held, it waits until the queue_timeout cancels it. No task runs.
+    lines = []
+    t0 = time.monotonic()
+    with pytest.raises(LaunchTimeoutError) as info:
+        tfd.launch(_task_and_argument, workers=1, args=("held",), echo=False,
+                   engine=tfd.engines.Slurm(sbatch_args=["--hold"], queue_timeout=3),
+                   timeout=120, on_output=lines.append)
+    assert time.monotonic() - t0 < 60
+    job = re.match(r"\[launch\] submitted SLURM job (\d+) ", lines[0]).group(1)
+    assert re.match(rf"SLURM job {job} waited \d+ s in the queue without starting \(JobHeldUser: "
+                    rf"it is held; `scontrol release {job}` lets it start\) and was cancelled at "
+                    rf"its queue_timeout \(3 s\)\. .*allow a longer queue_timeout",
+                    str(info.value)), str(info.value)
+    assert [t.returncode for t in info.value.results] == [None]
+    assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
 
 
 def _parameter_server_chief():
@@ -258,6 +343,8 @@ def test_engine_arguments_are_checked_before_anything_starts():
         tfd.launch(_task_and_argument, engine="slurm")
     with pytest.raises(tfd.ArgumentTypeError, match="`time` must be SLURM's --time"):
         tfd.engines.Slurm(time="two hours")
+    with pytest.raises(tfd.ArgumentTypeError, match="`queue_timeout` must be a number of seconds"):
+        tfd.engines.Slurm(queue_timeout="1h")
     with pytest.raises(tfd.ArgumentTypeError, match="`cluster` only applies to local clusters"):
         tfd.launch(_task_and_argument, cluster=tfd.local_cluster(2), engine=tfd.engines.Slurm())
     # The old spellings, checked as well.

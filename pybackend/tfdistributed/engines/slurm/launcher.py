@@ -2,12 +2,14 @@
 ``sbatch``.
 
 :class:`SlurmLauncher` writes a batch script (:func:`~.slurm_script.slurm_script`, also for
-printing and keeping) into a job directory, submits it with ``sbatch``, streams each task's
-output file with its role (``[worker 1] ...``), waits up to the timeout, and returns a
-:class:`~tfdistributed.engines.base.LaunchResult`; on a failed task, the timeout, or an
-interrupt it cancels the job with ``scancel``. The job's directory (script, per-task output, exit
-codes and function results) must be on storage the submitting machine and the nodes share: the
-tasks (:mod:`tfdistributed.engines.slurm.task`) report through it only.
+printing and keeping) into a job directory, submits it with ``sbatch``, says while the job
+waits in SLURM's queue, streams each task's output file with its role (``[worker 1] ...``),
+waits up to the timeout, which counts the job's running time (:class:`QueueWaits`), and
+returns a :class:`~tfdistributed.engines.base.LaunchResult`; on a failed task, the timeout,
+the ``queue_timeout`` or an interrupt it cancels the job with ``scancel``. The job's
+directory (script, per-task output, exit codes and function results) must be on storage the
+submitting machine and the nodes share: the tasks (:mod:`tfdistributed.engines.slurm.task`)
+report through it only.
 
 Each attempt is one submitted job (:class:`SlurmJob`, the protocol's
 :class:`~tfdistributed.engines.base.Job`); the attempt loop and restarts are
@@ -35,6 +37,17 @@ from ..output import Relay, error_summary, how_it_ended
 from ..restarts import failure_of
 from ..attribution import End, first_cause, kind_of_end
 from .script import slurm_script
+
+# SLURM's states of a job that has not started: queued, or its nodes being readied (booted).
+WAITING = ("PENDING", "CONFIGURING")
+# A job still waiting after this many seconds is said to wait even if SLURM gave no reason yet.
+QUIET_SECONDS = 10.0
+# Seconds between two lines about a job that still waits (a new reason is said at once).
+QUEUE_REPORT_SECONDS = 60.0
+# At most this many seconds between two looks at a waiting job's state (squeue asks slurmctld,
+# which a site does not want asked every second for hours; the job's files are looked at
+# every poll).
+QUEUE_CHECK_SECONDS = 10.0
 
 
 class _Tail:
@@ -87,11 +100,11 @@ def _cancel(job_id: str, wait: float = 30.0) -> None:
         time.sleep(0.3)
 
 
-def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, slurm):
+def _write_job(target, workers, ps, chief, *, jobdir, base, env, args, slurm):
     """The plan: the job's batch script, written into ``jobdir`` for a
     :class:`~tfdistributed.engines.options.Slurm` engine; its path, and whether the target is
     a function (whose call and results go through ``jobdir`` too). SLURM's ``--time`` is the
-    engine's ``time``, else the ``timeout`` left."""
+    engine's ``time``; without one, none (the partition's default limit)."""
     python, rscript = slurm.python or sys.executable, slurm.rscript
     argv, is_function = target_argv(target, args, python, rscript, jobdir)
     task_env = dict(env or {})
@@ -101,7 +114,7 @@ def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, 
         task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
                           job_name=slurm.job_name, partition=slurm.partition, requeue=False,
-                          preemption_notice=None, time_limit=slurm.time or timeout / 60 + 1,
+                          preemption_notice=None, time_limit=slurm.time,
                           sbatch_args=[f"--chdir={base}", *slurm.sbatch_args],
                           srun_args=slurm.srun_args, python=python, rscript=rscript, argv=argv,
                           gpus_per_task=slurm.gpus_per_task)
@@ -111,10 +124,42 @@ def _write_job(target, workers, ps, chief, *, jobdir, base, timeout, env, args, 
     return script_path, is_function
 
 
+def _duration(seconds: float) -> str:
+    """``"37 s"``, ``"2 min 5 s"``, ``"3 h 4 min"``."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds % 60 else "")
+    return f"{seconds // 3600} h" + (f" {seconds % 3600 // 60} min" if seconds % 3600 >= 60 else "")
+
+
+class QueueWaits:
+    """How long each attempt of a SLURM job waited in SLURM's queue, so that the job's
+    ``timeout`` counts its running time, summed over its attempts, as SLURM users mean it.
+
+    The attempt loop's :class:`~tfdistributed.engines.base.Deadline` (one for every attempt,
+    shared by every engine) counts from the first submission; a SLURM job takes its attempts'
+    waits in the queue off it. One per :class:`SlurmLauncher`, shared by its attempts."""
+
+    def __init__(self):
+        self.seconds: list = []
+
+    def add(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+    def total(self) -> float:
+        return sum(self.seconds)
+
+    def running(self, deadline: Deadline) -> float:
+        """Seconds the job has run: the deadline's elapsed time less every wait in the queue."""
+        return deadline.elapsed() - self.total()
+
+
 class SlurmJob:
-    """One attempt, a submitted job (a :class:`~tfdistributed.engines.base.Job`): follows
-    each task's output file and exit code (the only channels from the nodes), fails on the
-    first failed task, and cancels the job.
+    """One attempt, a submitted job (a :class:`~tfdistributed.engines.base.Job`): says while
+    it waits in SLURM's queue, follows each task's output file and exit code (the only
+    channels from the nodes), fails on the first failed task, and cancels the job.
 
     ``jobdir`` holds the written script (``script_path``); it is removed by :meth:`stop` when
     ``remove`` says so, once the job was submitted (a script sbatch refused stays, for the
@@ -122,13 +167,18 @@ class SlurmJob:
     """
 
     def __init__(self, jobdir: str, roles: list, ps_mode: bool, relay: Relay, *,
-                 script_path: str, is_function: bool, on_output, poll: float, remove: bool):
+                 script_path: str, is_function: bool, poll: float, remove: bool,
+                 waits: QueueWaits, queue_timeout: float | None):
         self.jobdir = jobdir
         self.roles = roles
         self.ps_mode = ps_mode
         self.relay = relay
         self.script_path, self.is_function = script_path, is_function
-        self.on_output, self.poll, self.remove = on_output, poll, remove
+        self.poll, self.remove = poll, remove
+        self.waits, self.queue_timeout = waits, queue_timeout
+        self.submitted = None     # time.monotonic() at sbatch
+        self.queued = None        # seconds it waited in the queue, once it left it
+        self.shown = None         # (time, reason) of the last line about the wait
         self.names = [f"{r} {i}" for r, i in roles]
         self.tails = [_Tail(os.path.join(jobdir, f"task-{i}.out")) for i in range(len(roles))]
         self.lines = [[] for _ in roles]
@@ -143,9 +193,9 @@ class SlurmJob:
             raise LaunchError(
                 f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}. "
                 f"The script is {self.script_path}.")
+        self.submitted = time.monotonic()
         self.job_id = done.stdout.strip().split(";")[0]
-        if self.on_output is not None:
-            self.on_output(f"[launch] submitted SLURM job {self.job_id} ({len(self.roles)} tasks)")
+        self.relay.send(f"[launch] submitted SLURM job {self.job_id} ({len(self.roles)} tasks)")
 
     def preempt(self) -> None:
         """Tell every task to stop at its next backup: SIGTERM to the job's steps, as SLURM's
@@ -157,6 +207,9 @@ class SlurmJob:
         """Cancel the job unless it finished; remove its directory (unless kept)."""
         if self.job_id is None:
             return
+        if self.queued is None:  # it never left the queue: none of its time was running time
+            self.queued = time.monotonic() - self.submitted
+            self.waits.add(self.queued)
         if not self.finished:
             _cancel(self.job_id)
         if self.remove:
@@ -182,12 +235,16 @@ class SlurmJob:
                 for (r, i), rc, out in zip(self.roles, rcs, self.lines)]
 
     def wait(self, deadline: Deadline) -> None:
-        """Until the tasks that run the target are done (and the step has ended), or raise."""
+        """Until the tasks that run the target are done (and the step has ended), or raise.
+        While the job waits in SLURM's queue (:meth:`_in_queue`) the deadline is not looked
+        at: it counts running time only (:class:`QueueWaits`)."""
         poll = self.poll
         last_state_check = 0.0
         while True:
             self.emit()
             rcs = self.codes()
+            if self.queued is None:
+                self._in_queue(ran=any(rc is not None for rc in rcs))
             if any(rc not in (None, 0) for rc in rcs):
                 self._fail()
             primaries = [rc for (r, _), rc in zip(self.roles, rcs)
@@ -195,12 +252,12 @@ class SlurmJob:
             if all(rc == 0 for rc in primaries):
                 if all(rc is not None for rc in rcs) or not _job_state(self.job_id)[0]:
                     break
-            if time.monotonic() - last_state_check > 1.0:
+            if time.monotonic() - last_state_check > self._check_every():
                 last_state_check = time.monotonic()
                 self.state, self.reason = _job_state(self.job_id)
                 if not self.state and self._ended():
                     break
-            if deadline.passed():
+            if self.queued is not None and self.waits.running(deadline) > deadline.timeout:
                 self._time_out(deadline.timeout)
             time.sleep(poll)
         # The step ends once every task has; wait for it so the CPUs are free for the next job.
@@ -243,19 +300,79 @@ class SlurmJob:
                           failure=failure_of(missing[0], 1, said.splitlines(),
                                              ended="never reported an exit code"))
 
+    def _check_every(self) -> float:
+        """Seconds between two looks at the job's state: 1, and up to
+        :data:`QUEUE_CHECK_SECONDS` as a wait in the queue grows (the batch script's output
+        file, looked at every poll, says sooner that the job started)."""
+        if self.queued is not None:
+            return 1.0
+        return min(QUEUE_CHECK_SECONDS, max(1.0, (time.monotonic() - self.submitted) / 10))
+
+    def _in_queue(self, ran: bool) -> None:
+        """While the attempt has not started: leave the queue when SLURM says it runs, or its
+        batch script's output file appears, or a task ``ran`` (a short job may end between two
+        looks at its state); else say that it waits, and why, or end it at the
+        ``queue_timeout``."""
+        now = time.monotonic()
+        waited = now - self.submitted
+        if ran or self.state not in WAITING or os.path.exists(os.path.join(self.jobdir,
+                                                                            "job.out")):
+            self.queued = waited
+            self.waits.add(waited)
+            if self.shown is not None:
+                self.relay.send(f"[launch] SLURM job {self.job_id} started after "
+                                f"{_duration(waited)} in the queue")
+            return
+        if self.queue_timeout is not None and waited > self.queue_timeout:
+            _cancel(self.job_id)
+            raise LaunchTimeoutError(
+                f"SLURM job {self.job_id} waited {_duration(waited)} in the queue without "
+                f"starting ({self._why()}) and was cancelled at its queue_timeout "
+                f"({self.queue_timeout:g} s). Free the partition or ask for less (tasks, nodes, "
+                f"a shorter time), or allow a longer queue_timeout (None: as long as SLURM "
+                f"keeps the job queued).", self._results(self.codes()))
+        said = self.reason not in ("", "None") or self.state != "PENDING"
+        if self.shown is None:
+            if not said and waited < QUIET_SECONDS:
+                return  # SLURM has not looked at it yet: it may start at once
+            line = "is waiting in the queue"
+        elif said and self.reason != self.shown[1] or now - self.shown[0] >= QUEUE_REPORT_SECONDS:
+            line = f"is still waiting in the queue after {_duration(waited)}"
+        else:
+            return
+        self.shown = (now, self.reason)
+        self.relay.send(f"[launch] SLURM job {self.job_id} {line} ({self._why()})")
+
+    def _why(self) -> str:
+        """SLURM's reason for the wait, and what lets the job start when it is the user's."""
+        if self.state == "CONFIGURING":
+            return "CONFIGURING: its nodes are being readied"
+        if self.reason in ("", "None"):
+            return "SLURM has not scheduled it yet"
+        if self.reason.startswith("JobHeld"):
+            return f"{self.reason}: it is held; `scontrol release {self.job_id}` lets it start"
+        if self.reason == "PartitionTimeLimit":
+            return (f"{self.reason}: its time limit is above the partition's; give the engine a "
+                    f"shorter `time`")
+        return self.reason
+
     def _time_out(self, timeout: float):
         rcs = self.codes()
         running = [self.names[i] for i, rc in enumerate(rcs) if rc is None]
         _cancel(self.job_id)
-        where = (f"It was still waiting in the queue ({self.reason or self.state}): free the "
-                 f"partition or ask for fewer tasks." if self.state == "PENDING" else
-                 f"Still running at the timeout: {', '.join(running) or 'none'}.")
+        queued = self.waits.total()
+        also = (f" The timeout counts the job's running time; it also waited "
+                f"{_duration(queued)} in SLURM's queue." if queued >= 1 else "")
         raise LaunchTimeoutError(f"SLURM job {self.job_id} did not finish within {timeout:g} s "
-                                 f"and was cancelled. {where}", self._results(self.codes()))
+                                 f"and was cancelled. Still running at the timeout: "
+                                 f"{', '.join(running) or 'none'}.{also}",
+                                 self._results(self.codes()))
 
     def results(self) -> LaunchResult:
-        """The cluster the tasks ran as, every task's result (a function's return value), and
-        the SLURM job id (``job_id``)."""
+        """The cluster the tasks ran as, every task's result (a function's return value), the
+        SLURM job id (``job_id``) and the seconds the job waited in SLURM's queue, every
+        attempt's summed (``queue_seconds``; ``seconds``, the job's wall time, includes
+        them)."""
         out = self._results(self.codes())
         try:
             with open(os.path.join(self.jobdir, "cluster.json")) as f:
@@ -270,6 +387,7 @@ class SlurmJob:
                         res.value = pickle.load(f)
         result = LaunchResult(cluster=cluster, tasks=out, seconds=0.0)
         result.job_id = self.job_id
+        result.queue_seconds = self.waits.total()
         return result
 
 
@@ -296,8 +414,9 @@ class SlurmLauncher:
         self.roles = layout(plan.workers, plan.ps, plan.chief)
         self.counts = (plan.target, plan.workers, plan.ps, plan.chief)
         self.base = os.path.abspath(plan.cwd or os.getcwd())
-        self.slurm, self.on_output = plan.engine, plan.on_output
+        self.slurm = plan.engine
         self.env, self.args = plan.task_env(), plan.args
+        self.waits = QueueWaits()
 
     def __enter__(self) -> "SlurmLauncher":
         return self
@@ -315,8 +434,8 @@ class SlurmLauncher:
 
     def job(self, attempt: int, deadline: Deadline, places=None) -> SlurmJob:
         """Attempt ``attempt``: its batch script written (SLURM's ``--time`` the engine's
-        ``time``, else the time left);
-        with ``places`` (an elastic job), one worker on each of the first nodes of it."""
+        ``time``, if any); with ``places`` (an elastic job), one worker on each of the first
+        nodes of it. Its wait in the queue goes to the launcher's :class:`QueueWaits`."""
         own_dir = self.slurm.directory is None
         jobdir = self._jobdir(attempt)
         os.makedirs(jobdir, exist_ok=True)
@@ -333,15 +452,16 @@ class SlurmLauncher:
                                                f"--nodelist={','.join(nodes)}"])
         try:
             script_path, is_function = _write_job(
-                target, workers, ps, chief, jobdir=jobdir, base=self.base,
-                timeout=max(1.0, deadline.left()), env=env, args=self.args, slurm=slurm)
+                target, workers, ps, chief, jobdir=jobdir, base=self.base, env=env,
+                args=self.args, slurm=slurm)
         except BaseException:
             if own_dir:
                 shutil.rmtree(jobdir, ignore_errors=True)
             raise
         return SlurmJob(jobdir, roles, ps_mode, self.relay, script_path=script_path,
-                        is_function=is_function, on_output=self.on_output, poll=slurm.poll,
-                        remove=own_dir and not slurm.keep_files)
+                        is_function=is_function, poll=slurm.poll,
+                        remove=own_dir and not slurm.keep_files, waits=self.waits,
+                        queue_timeout=slurm.queue_timeout)
 
     # -- nodes that come and go (engines/elastic) -------------------------------------------
     def places(self) -> list:
