@@ -83,6 +83,14 @@ def run_group(args: list, junit: str, out: str, timeout: float) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             log.write(f"\n[stress] stopped after {timeout:g} s\n".encode())
+        except BaseException:  # Ctrl-C, SIGTERM: the run and its jobs go too
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            raise
 
 
 def outcomes(junit: str) -> list:
@@ -132,6 +140,8 @@ def main(argv=None) -> int:
     started = time.monotonic()
     counts = defaultdict(lambda: [0, 0])  # test -> [passed, ran]
     wrong, rounds_run = [], 0
+    # SIGTERM ends the run as Ctrl-C does: the running pytest and the hog are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     hogs = hog(ns.hog, cap)
     print(f"[stress] {ns.rounds} rounds of {', '.join(groups)}, {ns.hog} busy-loop process(es), "
           f"at most {ns.cap_minutes:g} min; logs in {ns.log}", flush=True)

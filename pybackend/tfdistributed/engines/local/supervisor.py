@@ -55,8 +55,10 @@ class _Process:
 
     @property
     def end_time(self) -> float | None:
-        """When the task ended: its exit as the kernel reported it, else its output's end."""
-        return self.exited_at if self.exited_at is not None else self.ended_at
+        """When the task ended: the earlier of its exit as the kernel reported it and its
+        output's end (each is seen a little after the exit: the earlier is the closer)."""
+        seen = [t for t in (self.exited_at, self.ended_at) if t is not None]
+        return min(seen) if seen else None
 
     def end(self, order: int) -> End:
         """Its end, for :func:`~tfdistributed.engines.attribution.first_cause`."""

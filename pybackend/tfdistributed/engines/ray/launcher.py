@@ -135,13 +135,14 @@ class _TaskActor:
 
     def poll(self):
         """New output lines since the last call, the exit code (None while running) and when
-        the task exited (its process' exit as the kernel said, else its output's end; None
-        while running)."""
+        the task exited (the earlier of its process' exit as the kernel said and its output's
+        end; None while running)."""
         code = self.proc.poll()
         if code is not None:
             self.reader.join(timeout=5)
         new, self.sent = self.lines[self.sent:], len(self.lines)
-        return new, code, self.exited_at if self.exited_at is not None else self.ended_at
+        seen = [t for t in (self.exited_at, self.ended_at) if t is not None]
+        return new, code, min(seen) if seen else None
 
     def value(self):
         path = os.path.join(self.workdir, "result.pkl")
