@@ -1,12 +1,19 @@
-"""The Python package as users get it: `python -m build` makes an sdist and a wheel (the wheel
-built from the sdist, so a file missing from the sdist shows), and each installs into a fresh
-virtualenv and works there.
+"""The packages as users get them and install them, with no checkout on any path.
 
-The fresh environments install our package alone (`--no-deps`): TensorFlow and the other
-dependencies are reached through a .pth line to this project's .venv, which does not make the
-project's own (editable) tfdistributed importable. So what is imported is what was installed.
+- `python -m build` makes an sdist and a wheel (the wheel built from the sdist, so a file
+  missing from the sdist shows), and each installs into a fresh virtualenv and works there.
+  Those environments install our package alone (`--no-deps`): TensorFlow and the other
+  dependencies are reached through a .pth line to this project's .venv, which does not make the
+  project's own (editable) tfdistributed importable. So what is imported is what was installed.
+- A user's environment that already holds a supported, older TensorFlow (tensorflow-cpu):
+  `pip install <wheel>` resolves the rest from the index, keeps that TensorFlow alone, and a
+  2-worker job trains there.
+- An R user: the R source package (carrying the wheel, as `make dist` builds it) into a clean
+  library, then `install_tfdistributed()` with no argument gives a backend with no root, found
+  by itself in the next R session.
 """
 
+import json
 import os
 import site
 import subprocess
@@ -64,8 +71,6 @@ def test_installs_into_a_fresh_venv_and_trains(dist, tmp_path, kind):
     done = subprocess.run([python, "-c", CHECK], capture_output=True, text=True, timeout=300,
                           env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    import json
-
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["file"].startswith(str(tmp_path / "env")), report
     assert report["version"] == "0.1.0" and report["epochs"] == 2
@@ -74,3 +79,131 @@ def test_installs_into_a_fresh_venv_and_trains(dist, tmp_path, kind):
     cli = subprocess.run([tmp_path / "env" / "bin" / "tfdistributed", "--help"],
                          capture_output=True, text=True, timeout=120, env=env)
     assert cli.returncode == 0 and "launch" in cli.stdout, cli.stderr[-2000:]
+
+
+# --- Installs where users are: their TensorFlow kept, no checkout on any path ----------------
+#: A supported TensorFlow that is not the newest, as the distribution users of CPU clusters
+#: install: the wheel must keep it (no second TensorFlow, no upgrade).
+KEPT_TENSORFLOW = ("tensorflow-cpu", "2.19.1")
+
+TWO_WORKERS = """
+import json, sys, numpy as np, tfdistributed as tfd
+def train():
+    import keras, numpy as np, tfdistributed as tfd
+    strategy = tfd.make_strategy("multi_worker_mirrored")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.1), "mse")
+    x = np.linspace(0, 1, 64 * 4, dtype="float32").reshape(64, 4)
+    history = tfd.fit(model, x, x.sum(1), epochs=2, batch_size=16, verbose=0)
+    return {"loss": history.history["loss"], "replicas": strategy.num_replicas_in_sync}
+result = tfd.launch(train, workers=2, timeout=240)
+import importlib.metadata as m, tensorflow as tf
+# launch() raises when a task fails.
+print(json.dumps({"returns": [t.value for t in result.tasks],
+                  "tf": tf.__version__, "file": tfd.__file__,
+                  "dists": sorted({d.metadata["Name"].lower().replace("_", "-")
+                                   for d in m.distributions()
+                                   if d.metadata["Name"].lower().startswith("tensorflow")})}))
+"""
+
+
+def _clean_env() -> dict:
+    """The environment of a user's process: nothing of this checkout on any path."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "TF_CONFIG", "RETICULATE_PYTHON", "R_LIBS",
+                         "R_LIBS_USER", "VIRTUAL_ENV")}
+
+
+@pytest.fixture(scope="module")
+def env_with_older_tensorflow(tmp_path_factory):
+    """A fresh virtualenv that already holds a supported, older TensorFlow."""
+    path = tmp_path_factory.mktemp("user") / "env"
+    venv.EnvBuilder(with_pip=True).create(path)
+    python = path / "bin" / "python"
+    dist, version = KEPT_TENSORFLOW
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", f"{dist}=={version}"],
+                   check=True, capture_output=True, timeout=900, env=_clean_env())
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_the_wheel_keeps_the_users_tensorflow_and_runs_a_two_worker_job(
+        dist, env_with_older_tensorflow, tmp_path):
+    python = env_with_older_tensorflow / "bin" / "python"
+    wheel = next(dist.glob("*.whl"))
+    # What a user types: pip install <wheel>, dependencies resolved from the index.
+    done = subprocess.run([python, "-m", "pip", "install", "--no-compile", str(wheel)],
+                          capture_output=True, text=True, timeout=900, env=_clean_env())
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    job = subprocess.run([python, "-c", TWO_WORKERS], capture_output=True, text=True,
+                         timeout=400, env=_clean_env(), cwd=tmp_path)
+    assert job.returncode == 0, job.stderr[-4000:]
+    report = json.loads(job.stdout.strip().splitlines()[-1])
+    dist_name, version = KEPT_TENSORFLOW
+    # The user's TensorFlow, in place, alone.
+    assert report["tf"] == version, report
+    assert dist_name in report["dists"] and "tensorflow" not in report["dists"], report
+    assert report["file"].startswith(str(env_with_older_tensorflow)), report
+    losses = [r["loss"] for r in report["returns"]]
+    assert [r["replicas"] for r in report["returns"]] == [2, 2]
+    assert losses[0] == losses[1] and losses[0][1] < losses[0][0], losses
+    versions = subprocess.run([python, "-m", "tfdistributed", "versions", "--check"],
+                              capture_output=True, text=True, timeout=120, env=_clean_env())
+    assert versions.returncode == 0, versions.stdout + versions.stderr
+
+
+def _r_source_package(wheel: Path, out: Path) -> Path:
+    """The R source package as `make dist` builds it, carrying the backend's wheel in
+    inst/python/ (its vignettes are left to tests/r/test_r_source_package.py)."""
+    import shutil
+
+    stage = out / "stage" / "tfdistributed"
+    shutil.copytree(ROOT / "rpkg", stage, symlinks=True,
+                    ignore=shutil.ignore_patterns("vignettes"))
+    (stage / "inst" / "python").mkdir(parents=True, exist_ok=True)
+    shutil.copy(wheel, stage / "inst" / "python")
+    subprocess.run(["R", "CMD", "build", "--no-build-vignettes", "--no-manual", str(stage)],
+                   cwd=out, check=True, capture_output=True, timeout=300)
+    return next(out.glob("tfdistributed_*.tar.gz"))
+
+
+def _rscript(code: str, env: dict, cwd: Path, timeout: float = 900) -> str:
+    done = subprocess.run(["Rscript", "-e", code], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_an_r_user_installs_the_package_then_the_backend_it_carries(dist, tmp_path):
+    """R CMD INSTALL of the source package into a clean library, then install_tfdistributed()
+    with no argument: the virtualenv r-tfdistributed (under WORKON_HOME, reticulate's home of
+    virtualenvs) with the carried wheel and a TensorFlow from the index, found by itself in
+    the next session."""
+    wheel = next(dist.glob("*.whl"))
+    tarball = _r_source_package(wheel, tmp_path)
+    library = tmp_path / "library"
+    library.mkdir()
+    env = _clean_env()
+    # The R dependencies (reticulate, rlang) a user has from CRAN: here from the project's
+    # library, after the clean one.
+    env["R_LIBS"] = f"{library}:{ROOT / '.rlib'}"
+    env["WORKON_HOME"] = str(tmp_path / "virtualenvs")
+    subprocess.run(["R", "CMD", "INSTALL", "-l", str(library), str(tarball)], check=True,
+                   capture_output=True, timeout=300, env=env)
+    said = _rscript("tfdistributed::install_tfdistributed()", env, tmp_path)
+    assert "Installed the tfdistributed backend into virtualenv 'r-tfdistributed'" in said, said
+    python = tmp_path / "virtualenvs" / "r-tfdistributed" / "bin" / "python"
+    assert python.exists(), said
+    out = _rscript(
+        "library(tfdistributed); cat('from:', find.package('tfdistributed'), '\\n'); "
+        "s <- distribute_strategy('mirrored', num_cpu_devices = 2L); "
+        "cat('replicas:', s$num_replicas_in_sync, '\\n'); "
+        "cat('python:', reticulate::py_config()$python, '\\n'); "
+        "cat('module:', tfd$`__file__`, '\\n')", env, tmp_path, timeout=300)
+    assert f"from: {library}/tfdistributed" in out, out
+    assert "replicas: 2" in out, out
+    assert f"python: {python}" in out, out
+    assert f"module: {tmp_path / 'virtualenvs'}" in out, out
