@@ -109,10 +109,14 @@ print(json.dumps({"returns": [t.value for t in result.tasks],
 
 
 def _clean_env() -> dict:
-    """The environment of a user's process: nothing of this checkout on any path."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "TF_CONFIG", "RETICULATE_PYTHON", "R_LIBS",
-                         "R_LIBS_USER", "VIRTUAL_ENV")}
+    """The environment of a user's process: nothing of this checkout on any path. pip does
+    not byte-compile what it installs (PIP_NO_COMPILE: TensorFlow's thousands of modules cost
+    the suite CPU seconds, and a user's first import compiles what it uses)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "TF_CONFIG", "RETICULATE_PYTHON", "R_LIBS",
+                        "R_LIBS_USER", "VIRTUAL_ENV")}
+    env["PIP_NO_COMPILE"] = "1"
+    return env
 
 
 @pytest.fixture(scope="module")
