@@ -16,10 +16,12 @@ of ``model.fit``/``evaluate``/``predict`` (``strategy_aware_fit``,
 
 Each repair is gated on the Keras major version and on the defective code still being in the
 installed Keras or TensorFlow (read with ``inspect``), so an upstream fix turns our patch off by
-itself. A repair whose requirement is not applied (switched off, or not needed) is skipped, and
-:func:`status` says why. ``apply()`` is idempotent. Set ``TFDISTRIBUTED_DISABLE_COMPAT`` to
-``all`` or a comma list of repair names to switch repairs off (the tests use this to prove each
-defect is real).
+itself; a Keras or TensorFlow that lacks the code a detection reads (an older or newer release
+within the supported ranges, without that internal) has not that defect in that form, and the
+repair is skipped with the reason, never an error at import. A repair whose requirement is not
+applied (switched off, or not needed) is skipped, and :func:`status` says why. ``apply()`` is
+idempotent. Set ``TFDISTRIBUTED_DISABLE_COMPAT`` to ``all`` or a comma list of repair names to
+switch repairs off (the tests use this to prove each defect is real).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .repairs.common import keras_trainer, original
 _lock = threading.RLock()
 _applied: dict[str, bool] = {}
 _skipped: dict[str, str] = {}  # why a repair is not applied
+_unreadable: dict[str, str] = {}  # what a detection could not read in the installed Keras
 # Repairs of the layers above, handed to install() (training's routing of model.fit).
 _above: tuple[Repair, ...] = ()
 
@@ -71,11 +74,22 @@ def _record(name: str) -> Repair:
     raise ValueError(f"unknown repair {name!r}; repairs are {names()}")
 
 
+def _detect(repair: Repair, trainer) -> bool:
+    """``repair.detect(trainer)``; False when the installed Keras or TensorFlow lacks the code
+    the detection reads (an internal absent from that release: the defect is not there in
+    that form), with what was missing kept for :func:`status`."""
+    try:
+        return bool(repair.detect(trainer))
+    except (ImportError, AttributeError, OSError, TypeError) as e:
+        _unreadable[repair.name] = f"{type(e).__name__}: {e}"
+        return False
+
+
 def defect_present(name: str) -> bool:
     """Whether the installed Keras still has the defect ``name`` (ignores our own patch)."""
     repair = _record(name)
     trainer = keras_trainer()
-    return trainer is not None and repair.detect(trainer)
+    return trainer is not None and _detect(repair, trainer)
 
 
 def _why_not(repair: Repair, trainer, disabled: set[str]) -> str | None:
@@ -84,7 +98,10 @@ def _why_not(repair: Repair, trainer, disabled: set[str]) -> str | None:
         return "Keras 3 does not run on TensorFlow here"
     if repair.name in disabled:
         return "switched off by TFDISTRIBUTED_DISABLE_COMPAT"
-    if not repair.detect(trainer):
+    if not _detect(repair, trainer):
+        if repair.name in _unreadable:
+            return ("not needed: the installed Keras or TensorFlow lacks the code this repair "
+                    f"reads ({_unreadable[repair.name]})")
         return "not needed: the installed Keras does not have the defect"
     missing = [r for r in repair.requires if not _applied.get(r)]
     if missing:
