@@ -18,7 +18,7 @@ TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: setup lint demo test check docs bench stress clean
+.PHONY: setup lint demo test check docs bench stress compat clean
 
 setup:
 	@bash scripts/setup.sh
@@ -70,5 +70,14 @@ STRESS_ARGS ?=
 stress: setup
 	@$(PY) scripts/stress.py $(STRESS_ARGS)
 
+# The older ends of the supported version ranges (pyproject.toml), each in a fresh virtualenv
+# under .compat/ with the project's wheel: make check's selection, a 2-worker and a
+# parameter-server job, the placement tests and the keras3 R programs; the table goes to
+# COMPATIBILITY.md. Not part of make test or CI: it downloads several TensorFlow wheels and
+# takes minutes per pair. It must pass before a range moves (scripts/compat.py).
+COMPAT_ARGS ?=
+compat: setup
+	@$(PY) scripts/compat.py $(COMPAT_ARGS)
+
 clean:
-	rm -rf .venv .rlib .rlib-keras3 .setup site .site-build .pytest_cache .ruff_cache .logs
+	rm -rf .venv .rlib .rlib-keras3 .setup site .site-build .pytest_cache .ruff_cache .logs .compat
