@@ -93,3 +93,19 @@ def test_kinds_of_end(returncode, lines, lost, kind):
 def test_no_end_is_a_clear_error():
     with pytest.raises(ValueError, match="at least one task"):
         first_cause([])
+
+
+def test_a_slurm_tasks_end_time_is_the_one_it_wrote_else_its_exit_codes_file(tmp_path):
+    # slurm/task.py writes task-N.end (its process' exit, seconds since the epoch) beside
+    # task-N.rc; an older task wrapper wrote the .rc only, whose time then stands in.
+    import os
+
+    from tfdistributed.engines.slurm.launcher import _ended_at
+
+    (tmp_path / "task-0.end").write_text("1700000000.25")
+    (tmp_path / "task-0.rc").write_text("-9")
+    (tmp_path / "task-1.rc").write_text("1")
+    os.utime(tmp_path / "task-1.rc", (1700000001.5, 1700000001.5))
+    assert _ended_at(str(tmp_path), 0) == 1700000000.25
+    assert _ended_at(str(tmp_path), 1) == 1700000001.5
+    assert _ended_at(str(tmp_path), 2) is None
