@@ -7,11 +7,18 @@ page made from README.md with its links turned into the site's), so that knittin
 nothing into the source tree. Its parts, in the order `build()` runs them:
 
 1. ``init``: pkgdown's assets and the Bootstrap theme;
-2. ``render_articles``: every vignette and article, each knitted by pkgdown in a fresh R
-   process, two at a time, those that run the most cluster jobs first. This is the expensive
-   part (the tutorials start real multi-process TensorFlow clusters, SLURM and Ray jobs);
-   ``make test`` renders them once, through the same function, and the vignette test and the
-   browser test both read that one render (tests/docs/conftest.py);
+2. ``render_articles``: every vignette and article, two at a time, those that run the most
+   cluster jobs first, in two steps each. ``knit_article`` runs its code, once: knitr, through
+   rmarkdown with pkgdown's own article format, knits the R Markdown in a fresh R process into
+   markdown that holds the computed output, its plots written as PNG files beside it
+   (``<name>_files/figure-html/``), and that knitted document takes the source's place in the
+   staged package (the *precomputed vignette* pattern). pkgdown then makes its page from it
+   in the same R process, which runs no code (seconds). The knit is the expensive part (the
+   tutorials start real multi-process TensorFlow clusters, SLURM and Ray jobs); ``make test``
+   knits them once, through the same function, and the vignette test, the browser test and the
+   R source package test all read that one knit (tests/python/support/sitefixtures.py). The
+   same knitted tutorials become the R package's built vignettes: scripts/dist_r.py (``make
+   dist``) knits them with ``knit_article`` and lets `R CMD build` render them;
 3. ``finish``: home, the R reference (every example runs), the articles index, the
    changelog, the search index, and the Python API reference under python/ (pdoc), with a bar
    of links back to the rest of the site.
@@ -127,14 +134,15 @@ def _pkg_expr(pkg: Path, dest: Path) -> str:
     return (f'pkg <- pkgdown::as_pkgdown("{pkg}", override = list(destination = "{dest}"))\n')
 
 
-def rscript(code: str, what: str, timeout: float = RENDER_TIMEOUT, keras3: bool = False) -> str:
+def rscript(code: str, what: str, timeout: float = RENDER_TIMEOUT, keras3: bool = False,
+            env: dict | None = None) -> str:
     """Run R code in a fresh Rscript (with keras3 on its library path if ``keras3``: see
-    :func:`r_env`); its warnings are errors (the site builds without any). pkgdown is told
-    there is no internet: it would ask CRAN whether the package is there (it is not), and this
-    machine reaches no CRAN."""
-    run = subprocess.run(["Rscript", "-e", "options(warn = 2, pkgdown.internet = FALSE)", "-e", code],
-                         cwd=ROOT,
-                         env=r_env(keras3), capture_output=True, text=True, timeout=timeout)
+    :func:`r_env`; ``env``: more variables); its warnings are errors (the site builds without
+    any). pkgdown is told there is no internet: it would ask CRAN whether the package is there
+    (it is not), and this machine reaches no CRAN."""
+    run = subprocess.run(["Rscript", "-e", "options(warn = 2, pkgdown.internet = FALSE)",
+                          "-e", code], cwd=ROOT, env={**r_env(keras3), **(env or {})},
+                         capture_output=True, text=True, timeout=timeout)
     output = run.stdout + run.stderr
     if run.returncode != 0:
         raise SiteError(f"{what} failed (Rscript exit status {run.returncode}):\n{output[-6000:]}")
@@ -146,26 +154,83 @@ def init(pkg: Path, dest: Path) -> None:
     rscript(_pkg_expr(pkg, dest) + "pkgdown::init_site(pkg)", "pkgdown::init_site")
 
 
+# The article's code runs here, once. rmarkdown knits it (run_pandoc = FALSE: knitr only) with
+# the format pkgdown's build_article() knits articles with (pkgdown 2.0.7's internal
+# build_rmarkdown_format(): its figure device, size and retina, the code width), in the
+# article's directory as pkgdown's render does, into <name>.knit.md and <name>_files/figure-html/,
+# then the knitted document replaces the source in the staged package. What it must not hold is
+# anything the next knit (pkgdown's page, or R CMD build's vignette) would run again: a chunk or
+# inline R code printed by the output, found with knitr's own patterns.
+KNIT = """local({
+%(pkg)s
+i <- match("%(name)s", pkg$vignettes$name)
+input <- file.path(pkg$src_path, pkg$vignettes$file_in[i])
+format <- pkgdown:::build_rmarkdown_format(pkg, "article", depth = pkg$vignettes$depth[i])
+knitted <- rmarkdown::render(input, output_format = format,
+  output_file = sub("[.]Rmd$", ".html", basename(input)), run_pandoc = FALSE,
+  envir = globalenv(), quiet = TRUE, encoding = "UTF-8")
+knitted <- file.path(dirname(input), basename(knitted))
+lines <- readLines(knitted, encoding = "UTF-8")
+md <- knitr::all_patterns$md
+again <- grep(md$chunk.begin, lines) |> union(grep(md$inline.code, lines, perl = TRUE))
+if (length(again)) {
+  stop("The knitted %(name)s holds R code that would run again when the page is made, ",
+       "printed by a chunk's output: ", paste0("line ", again, ": ", lines[again],
+       collapse = "; "), ". Print it so that it is not a chunk header or `r ...`.")
+}
+stopifnot(file.rename(knitted, input))
+})"""
+
+
+def _build_article(pkg: Path, dest: Path, name: str) -> str:
+    return _pkg_expr(pkg, dest) + f'pkgdown::build_article("{name}", pkg, quiet = TRUE)\n'
+
+
+def knit_article(pkg: Path, dest: Path, name: str, render: bool = False) -> str:
+    """Run the code of the article ``name`` of the staged package ``pkg``, once: its source
+    (``vignettes/<name>.Rmd``) becomes the knitted document, the computed output in it and its
+    plots beside it (``<name>_files/figure-html/``). ``dest`` is the site pkgdown's format
+    belongs to (:func:`init` made it); with ``render``, the same R process then makes the page
+    (:func:`render_article`). Colours as pkgdown's own render has them: pkgdown's page draws
+    the ANSI colours of an error; scripts/dist_r.py takes them out for the R package."""
+    code = KNIT % {"pkg": _pkg_expr(pkg, dest), "name": name}
+    return rscript(code + "\n" + (_build_article(pkg, dest, name) if render else ""),
+                   f"knitting the article {name}", keras3=True,
+                   env={"R_CLI_NUM_COLORS": "256"})
+
+
 def render_article(pkg: Path, dest: Path, name: str) -> str:
-    return rscript(_pkg_expr(pkg, dest) + f'pkgdown::build_article("{name}", pkg, quiet = TRUE)',
-                   f"rendering the article {name}", keras3=True)
+    """pkgdown's page of the knitted article ``name`` (:func:`knit_article`): no code runs."""
+    return rscript(_build_article(pkg, dest, name), f"rendering the article {name}",
+                   keras3=True)
 
 
-def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
-                    jobs: int = 2) -> dict[str, str]:
-    """Knit every article (or ``names``), ``jobs`` at a time; the failures by name (their
-    output), empty when every article rendered."""
-    names = article_names(pkg) if names is None else names
+def _each(names: list[str], step, jobs: int) -> dict[str, str]:
+    """``step(name)`` for every name, ``jobs`` at a time, the longest tutorials first; the
+    failures by name (their output)."""
     order = sorted(names, key=lambda name: name not in LONGEST)
     failures = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        runs = {name: pool.submit(render_article, pkg, dest, name) for name in order}
+        runs = {name: pool.submit(step, name) for name in order}
         for name, run in runs.items():
             try:
                 run.result()
             except (SiteError, subprocess.TimeoutExpired) as e:
                 failures[name] = str(e)[-6000:]
     return failures
+
+
+def knit_articles(pkg: Path, dest: Path, names: list[str], jobs: int = 2) -> dict[str, str]:
+    """:func:`knit_article` for each of ``names``, ``jobs`` at a time; the failures by name."""
+    return _each(names, lambda name: knit_article(pkg, dest, name), jobs)
+
+
+def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
+                    jobs: int = 2) -> dict[str, str]:
+    """Knit every article (or ``names``) and make its page, ``jobs`` articles at a time; the
+    failures by name (their output), empty when every article rendered."""
+    names = article_names(pkg) if names is None else names
+    return _each(names, lambda name: knit_article(pkg, dest, name, render=True), jobs)
 
 
 REFERENCE = "pkgdown::build_reference(pkg, examples = TRUE, devel = FALSE, preview = FALSE)\n"
@@ -187,8 +252,8 @@ def site_url(pkg: Path) -> str:
 
 def relative_links(dest: Path, url: str) -> None:
     """Links to the site's own address (help pages and the home page's sidebar link to it; the
-    404 page loads everything from it) made relative, so that they lead into this copy of the site: the address is a placeholder
-    until the project publishes one."""
+    404 page loads everything from it) made relative, so that they lead into this copy of the
+    site: the address is a placeholder until the project publishes one."""
     if not url:
         return
     pattern = re.compile(r'(href|src)="' + re.escape(url) + r'([^"]*)"')

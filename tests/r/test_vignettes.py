@@ -1,10 +1,11 @@
 """Every vignette renders, for real, as an article of the documentation site, with the computed
 output a reader expects.
 
-The articles are knitted once per session by pkgdown, each in a fresh R process, as `make docs`
-knits them (scripts/docsite.py, through the ``site_render`` fixture of
-tests/python/support/sitefixtures.py); a chunk error fails the render and so the test. The
-browser tier (tests/docs/) checks the same render as a site.
+The articles are knitted once per session, each in a fresh R process, then made pages by
+pkgdown, as `make docs` does (scripts/docsite.py, through the ``site_render`` fixture of
+tests/python/support/sitefixtures.py); a chunk error fails the knit and so the test. The
+browser tier (tests/docs/) checks the same render as a site, and
+tests/r/test_r_source_package.py the R package built from the same knitted tutorials.
 """
 
 from __future__ import annotations

@@ -3,9 +3,12 @@ tests/conftest.py, so that its fixtures exist once for every test folder).
 
 The tutorials run real multi-process TensorFlow clusters, SLURM and Ray jobs when they are
 knitted (minutes), so the session knits them once, with the functions `make docs` uses
-(scripts/docsite.py): ``site_render`` knits every article into a site; tests/r/test_vignettes.py
-checks each tutorial's computed output in that render, and ``built_site`` finishes the same site
-(home, reference, changelog, search, Python API) for the browser tier in tests/docs/.
+(scripts/docsite.py): ``site_render`` knits every article (its code runs, and the knitted
+document takes the source's place in the staged package, ``pkg``) and makes its page;
+tests/r/test_vignettes.py checks each tutorial's computed output in that render,
+tests/r/test_r_source_package.py builds the R source package from the same knitted tutorials
+(scripts/dist_r.py), and ``built_site`` finishes the same site (home, reference, changelog,
+search, Python API) for the browser tier in tests/docs/.
 
 Once per session, not once per pytest-xdist worker (make test runs 3): the site is built in the
 directory the workers share (the parent of each worker's base temporary directory), under a
@@ -37,13 +40,14 @@ import docsite  # noqa: E402
 # For working on the site itself, not for CI: the site directory of an earlier session's render
 # (.logs/site, kept by the last run). Its articles are taken as they are, only the missing ones
 # are knitted, so the browser tier can be re-run in a minute instead of re-running every cluster.
+# The R source package test then fails: the tutorials it needs knitted were not.
 REUSE = "TFDISTRIBUTED_REUSE_SITE_RENDER"
 KEPT = ROOT / ".logs" / "site"
 
 
 @dataclass
 class SiteRender:
-    pkg: Path                      # the staged R package the site is built from
+    pkg: Path                      # the staged R package the site is built from (knitted)
     dest: Path                     # the site
     failures: dict                 # article name -> the end of its failed render's output
     seconds: dict = field(default_factory=dict)   # what each part took
@@ -97,7 +101,8 @@ def _render(work: Path) -> SiteRender:
 
 @pytest.fixture(scope="session")
 def site_render(tmp_path_factory) -> SiteRender:
-    """Every article of the site knitted once (two at a time), as `make docs` knits them."""
+    """Every article of the site knitted once and made a page (two at a time), as `make docs`
+    makes them."""
     with _once(tmp_path_factory, "rendered") as (work, done):
         if done.exists():
             return SiteRender.load(done)
