@@ -35,8 +35,8 @@ pytest_plugins = ["sitefixtures", "cpuaccount"]
 # 2026-11-26), the costliest first. `make test` runs --dist loadscope --no-loadscope-reorder:
 # xdist hands out whole files in the order collected, so these start at once and the short files
 # fill the end (longest first: the run does not end on one long file while a core idles), and
-# the site's browser tier (tests/docs), which waits for the render test_vignettes starts, comes
-# last, when the render is done.
+# the site's browser tier (tests/docs) and the R source package, which wait for the render
+# test_vignettes starts, come last, when the render is done.
 COSTLIEST_FIRST = [
     "tests/r/test_vignettes.py",                       # renders every article (~600 s)
     "tests/python/training/test_conformance.py",
@@ -66,8 +66,8 @@ def pytest_collection_modifyitems(session, config, items):
 
     def order(item):
         path = item.nodeid.split("::")[0]
-        if path.startswith("tests/docs/"):
-            return (2, 0)
+        if path.startswith("tests/docs/") or path == "tests/r/test_r_source_package.py":
+            return (2, 0)   # they wait for the render test_vignettes starts
         return (0, rank[path]) if path in rank else (1, 0)
 
     items.sort(key=order)  # stable: each file keeps its own order
