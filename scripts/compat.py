@@ -60,8 +60,16 @@ CHECK_TIMEOUT = 1800
 #: The pairs tested here: the oldest of every range, and one in the middle. The newest pair is
 #: .venv itself (constraints/dev.txt), which make test covers.
 PAIRS = {
-    "oldest": {"tensorflow": "2.18.1", "keras": "3.8.0", "tensorflow-datasets": "4.9.7"},
+    "oldest": {"tensorflow": "2.18.1", "keras": "3.10.0", "tensorflow-datasets": "4.9.7"},
     "middle": {"tensorflow": "2.20.0", "keras": "3.11.3", "tensorflow-datasets": "4.9.9"},
+}
+#: Other releases a pair needs, each with why (shown under the table). TensorFlow 2.18 and 2.19
+#: require protobuf < 6, and tensorflow-metadata 1.21 (what pip picks for tensorflow-datasets)
+#: is generated with protobuf 6 while declaring protobuf >= 4.25: importing tensorflow_datasets
+#: then fails ("Detected incompatible Protobuf Gencode/Runtime versions").
+ALSO = {
+    "oldest": {"tensorflow-metadata": ("1.17.3", "tensorflow-metadata 1.21 needs protobuf 6, "
+                                                 "TensorFlow 2.18-2.19 allow protobuf < 6 only")},
 }
 #: What each check runs: pytest arguments, and whether R finds keras3 first.
 CHECKS = {
@@ -130,6 +138,7 @@ def environment(name: str, pair: dict, wheel: Path, fresh: bool) -> Path:
     was made with that pair (the wheel reinstalled alone if it changed)."""
     home = WORK / name
     venv, stamp = home / "venv", home / "installed.json"
+    pair = {**pair, **{k: v for k, (v, _) in ALSO.get(name, {}).items()}}
     wanted = {"pair": pair, "wheel": hashlib.sha256(wheel.read_bytes()).hexdigest()}
     python = venv / "bin" / "python"
     made = json.loads(stamp.read_text()) if stamp.exists() else {}
@@ -238,7 +247,12 @@ def write_table(results: dict) -> None:
                  for c in checks]
         lines.append(f"| {name} ({entry['date']}) | {pair['tensorflow']} | {pair['keras']} | "
                      f"{pair['tensorflow-datasets']} | " + " | ".join(cells) + " |")
-    lines += ["", f"Python {sys.version.split()[0]}, R from Debian, on a 2-core machine.", ""]
+    for name, also in ALSO.items():
+        lines += [""] + [f"The {name} pair also pins {k} {v}: {why}." for k, (v, why) in
+                         also.items()]
+    lines += ["", f"Python {sys.version.split()[0]}, R from Debian, on a 2-core machine. Each "
+              "cell: tests passed and failed in that check (the pytest logs are in .compat/).",
+              ""]
     TABLE.write_text("\n".join(lines))
     (WORK / "results.json").write_text(json.dumps(results, indent=1))
 

@@ -95,7 +95,8 @@ def apply(trainer) -> None:
                     return
                 except Exception:  # noqa: BLE001 - a model that needs a real batch: take one
                     data_batch = None
-            for _, _, it in iterator:
+            # Keras 3.11+ yields (first step, last step, iterator), Keras 3.10 (step, iterator).
+            for *_, it in iterator:
                 data_batch = tree.map_structure(_first_local_value, next(it))
                 break
         with self.distribute_strategy.scope():
