@@ -7,7 +7,8 @@ at random steps, preemptions, elastic jobs, the end-of-job barrier) ``--rounds``
 20), one pytest run per group and round, while a bounded CPU hog keeps the machine busy: one
 busy-loop process per core (``--hog``, default every core), each of which ends by itself after
 ``--cap-minutes`` (default 360) even if this script is killed, and is killed when the script
-ends. The run as a whole stops starting rounds at that cap too.
+ends. The run as a whole stops starting rounds at that cap too. The run's jobs take their ports
+from a port server of its own (:data:`PORTS`), apart from any other test session's.
 
 It reports, per test, how many of its runs passed, and each misattribution: a failed run whose
 assertion names another task than the one the test killed, with the kill steps the test drew
@@ -45,12 +46,20 @@ GROUPS = {
                 "cluster"],
     "leave": [f"{ENGINES}/test_leave_together.py"],
 }
+#: The ports this run's jobs get (below the suite's 15000-24999 and the kernel's ephemeral range).
+PORTS = "10000-14999"
 #: Longest one pytest run may take before it is stopped (and counted as failed).
 RUN_TIMEOUT = 1800.0
 # An assertion on the tasks named in a job's attempts, and the task it names instead.
 _NAMED = re.compile(r"assert (\[[^\]]*'(?:worker|chief|ps) \d[^\]]*\]|'(?:worker|chief|ps) \d')"
                     r" == (.+)")
 _KILL_STEPS = re.compile(r"kill steps drawn: (\[[\d, ]*\])")
+
+
+def _dying_with_this_process() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def hog(cores: int, cap_seconds: float) -> list:
@@ -60,6 +69,31 @@ def hog(cores: int, cap_seconds: float) -> list:
             f"end = time.monotonic() + {cap_seconds}\n"
             f"while time.monotonic() < end: pass")
     return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(cores)]
+
+
+def port_server(log_dir: str):
+    """portpicker's port server for the whole run, serving :data:`PORTS` (tests/conftest.py
+    then starts none: each pytest session's own serves 15000-24999 from its top, and two
+    sessions at once, this run's and a colleague's on a shared machine, hand out the same
+    ports: "Could not start gRPC server", seen in 3 of 20 rounds)."""
+    import portpicker
+
+    address = os.path.join(log_dir, "portserver.socket")
+    if os.path.exists(address):
+        os.remove(address)
+    script = os.path.join(os.path.dirname(sys.executable), "portserver.py")
+    proc = subprocess.Popen([sys.executable, script, f"--portserver_address={address}",
+                             f"--portserver_static_pool={PORTS}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=_dying_with_this_process)
+    deadline = time.monotonic() + 30
+    while portpicker.get_port_from_port_server(address) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"portpicker's port server ({script}) did not start")
+        time.sleep(0.1)
+    os.environ["PORTSERVER_ADDRESS"] = address
+    return proc
 
 
 def stop(procs) -> None:
@@ -142,7 +176,7 @@ def main(argv=None) -> int:
     wrong, rounds_run = [], 0
     # SIGTERM ends the run as Ctrl-C does: the running pytest and the hog are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    hogs = hog(ns.hog, cap)
+    hogs = [port_server(ns.log)] + hog(ns.hog, cap)
     print(f"[stress] {ns.rounds} rounds of {', '.join(groups)}, {ns.hog} busy-loop process(es), "
           f"at most {ns.cap_minutes:g} min; logs in {ns.log}", flush=True)
     try:
