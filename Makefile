@@ -49,12 +49,13 @@ check: lint
 docs: setup
 	@$(PY) scripts/docsite.py $(ROOT)/site
 
-# The release files into dist/ (gitignored). R: the source package, its vignettes built inside
-# from the tutorials knitted once (their code runs real clusters: minutes, as in make docs),
-# scripts/dist_r.py.
+# The release files into dist/ (gitignored): the Python wheel and sdist, and the R source package
+# carrying the wheel (install_tfdistributed() installs it), its vignettes built inside from the
+# tutorials knitted once (their code runs real clusters: minutes, as in make docs).
+# scripts/dist.py, scripts/dist_r.py.
 .PHONY: dist
 dist: setup
-	@$(PY) scripts/dist_r.py $(ROOT)/dist
+	@$(PY) scripts/dist.py $(ROOT)/dist
 
 # make bench BENCH_ARGS=--quick: a < 4 min smoke test of every benchmark.
 bench:

@@ -83,12 +83,17 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
     return left
 
 
-def stage(work: Path) -> Path:
-    """A copy of rpkg/ to build, under ``work`` (the vignettes' symbolic link copied as files)."""
+def stage(work: Path, wheel: Path | None = None) -> Path:
+    """A copy of rpkg/ to build, under ``work`` (the vignettes' symbolic link copied as files),
+    carrying the backend's ``wheel`` in inst/python/ when given: ``install_tfdistributed()``
+    with no ``package`` installs that wheel (R's bundled_wheel())."""
     pkg = work / "tfdistributed"
     if pkg.exists():
         shutil.rmtree(pkg)
     shutil.copytree(RPKG, pkg, symlinks=False, ignore=_ignore)
+    if wheel is not None:
+        (pkg / "inst" / "python").mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, pkg / "inst" / "python" / Path(wheel).name)
     return pkg
 
 
@@ -145,15 +150,17 @@ def build_tarball(pkg: Path, dest: Path) -> Path:
     return dest / built.group(1)
 
 
-def build(dest: Path, knitted: Path | None = None, work: Path | None = None) -> Path:
+def build(dest: Path, knitted: Path | None = None, work: Path | None = None,
+          wheel: Path | None = None) -> Path:
     """The R source package in ``dest``, its vignettes built from the tutorials knitted in
-    ``knitted`` (knitted here when None); the tarball's path."""
+    ``knitted`` (knitted here when None), carrying the backend's ``wheel`` when given (make
+    dist gives the one it built: scripts/dist.py); the tarball's path."""
     own_work = work is None
     work = Path(tempfile.mkdtemp(prefix="tfdistributed-dist-")) if own_work else work
     try:
         if knitted is None:
             knitted = knit(work / "knit")
-        pkg = stage(work / "package")
+        pkg = stage(work / "package", wheel)
         use_knitted(pkg, knitted)
         print("R CMD build (the vignettes' pages from the knitted tutorials: no code runs)",
               flush=True)

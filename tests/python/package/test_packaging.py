@@ -159,17 +159,15 @@ def test_the_wheel_keeps_the_users_tensorflow_and_runs_a_two_worker_job(
 
 
 def _r_source_package(wheel: Path, out: Path) -> Path:
-    """The R source package as `make dist` builds it, carrying the backend's wheel in
-    inst/python/ (its vignettes are left to tests/r/test_r_source_package.py)."""
-    import shutil
+    """The R source package staged as `make dist` stages it (scripts/dist_r.py), carrying the
+    backend's wheel in inst/python/; its vignettes are left out here (their build from the
+    session's one knit is tests/r/test_r_source_package.py's)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import dist_r
 
-    stage = out / "stage" / "tfdistributed"
-    shutil.copytree(ROOT / "rpkg", stage, symlinks=True,
-                    ignore=shutil.ignore_patterns("vignettes"))
-    (stage / "inst" / "python").mkdir(parents=True, exist_ok=True)
-    shutil.copy(wheel, stage / "inst" / "python")
+    stage = dist_r.stage(out / "stage", wheel)
     subprocess.run(["R", "CMD", "build", "--no-build-vignettes", "--no-manual", str(stage)],
-                   cwd=out, check=True, capture_output=True, timeout=300)
+                   cwd=out, check=True, capture_output=True, timeout=300, env=dist_r.r_env())
     return next(out.glob("tfdistributed_*.tar.gz"))
 
 
