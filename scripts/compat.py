@@ -208,8 +208,11 @@ def counts(report: Path) -> dict:
     total = {k: sum(int(s.get(k, 0)) for s in suites)
              for k in ("tests", "failures", "errors", "skipped")}
     failed = total["failures"] + total["errors"]
+    names = sorted({f"{case.get('classname', '')}::{case.get('name')}"
+                    for case in root.iter("testcase")
+                    if case.find("failure") is not None or case.find("error") is not None})
     return {"passed": total["tests"] - failed - total["skipped"], "failed": failed,
-            "skipped": total["skipped"]}
+            "skipped": total["skipped"], "failed_tests": names}
 
 
 def summary(result: dict) -> str:
@@ -247,6 +250,11 @@ def write_table(results: dict) -> None:
                  for c in checks]
         lines.append(f"| {name} ({entry['date']}) | {pair['tensorflow']} | {pair['keras']} | "
                      f"{pair['tensorflow-datasets']} | " + " | ".join(cells) + " |")
+    for name, entry in results.items():
+        for check, result in entry["checks"].items():
+            if result.get("failed_tests"):
+                lines += ["", f"Failed in {name}, {check}:", ""]
+                lines += [f"- `{test}`" for test in result["failed_tests"]]
     for name, also in ALSO.items():
         lines += [""] + [f"The {name} pair also pins {k} {v}: {why}." for k, (v, why) in
                          also.items()]
@@ -257,6 +265,25 @@ def write_table(results: dict) -> None:
     (WORK / "results.json").write_text(json.dumps(results, indent=1))
 
 
+def from_reports() -> dict:
+    """The results of every pair and check whose JUnit report is in .compat/ (its date)."""
+    results = {}
+    for name, pair in PAIRS.items():
+        entry = {"pair": pair, "date": None, "checks": {}}
+        for check in CHECKS:
+            report = WORK / name / f"{re.sub('[^a-z0-9]+', '-', check.lower())}.xml"
+            if report.exists():
+                result = counts(report)
+                result.update(returncode=1 if result["failed"] else 0,
+                              log=str(report.with_suffix(".log").relative_to(ROOT)))
+                entry["checks"][check] = result
+                day = datetime.date.fromtimestamp(report.stat().st_mtime).isoformat()
+                entry["date"] = max(filter(None, [entry["date"], day]))
+        if entry["checks"]:
+            results[name] = entry
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pair", action="append", choices=sorted(PAIRS),
@@ -264,7 +291,13 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="append", choices=list(CHECKS),
                         help="run this check only (repeatable); default: every check")
     parser.add_argument("--fresh", action="store_true", help="rebuild the environments")
+    parser.add_argument("--from-reports", action="store_true",
+                        help="run nothing: write the table from the checks' last JUnit reports "
+                             "in .compat/<pair>/ (after a run that was cut short)")
     args = parser.parse_args(argv)
+    if args.from_reports:
+        write_table(from_reports())
+        return 0
     chosen = {name: PAIRS[name] for name in (args.pair or PAIRS)}
     problems = refuse_silent_widening(PAIRS)
     if problems:
@@ -281,11 +314,11 @@ def main(argv=None) -> int:
         python = environment(name, pair, wheel, args.fresh)
         entry = {"pair": pair, "date": datetime.date.today().isoformat(),
                  "checks": dict(results.get(name, {}).get("checks", {})) if args.check else {}}
-        for check in args.check or CHECKS:
+        results[name] = entry
+        for check in args.check or CHECKS:  # the table after each check: a cut run keeps it
             entry["checks"][check] = result = run_check(name, python, check)
             failed |= summary(result).startswith("FAILED")
-        results[name] = entry
-        write_table({n: results[n] for n in PAIRS if n in results})
+            write_table({n: results[n] for n in PAIRS if n in results})
     log(f"wrote {TABLE.relative_to(ROOT)}")
     return 1 if failed else 0
 
