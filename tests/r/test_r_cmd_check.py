@@ -39,6 +39,13 @@ def test_r_cmd_check_has_no_error_or_warning(r_package, tmp_path):
                # keras3 is suggested (the tutorials use it), and checked without: .rlib alone is
                # how users without keras3 have the package (its own `keras` object then).
                _R_CHECK_FORCE_SUGGESTS_="false")
+    # The Rd cross-references to a package not installed (keras3) are looked up in a
+    # repository's index: an empty one of our own, so that the check asks no server (it would
+    # ask CRAN, which this machine must not reach). keras3's links are then NOTEd unchecked.
+    repository = tmp_path / "no-repository"
+    (repository / "src" / "contrib").mkdir(parents=True)
+    (repository / "src" / "contrib" / "PACKAGES").write_text("")
+    env["_R_CHECK_XREFS_REPOSITORIES_"] = repository.as_uri()
     t0 = time.monotonic()
     build = _run(["R", "CMD", "build", "--no-build-vignettes", "--no-manual",
                   str(ROOT / "rpkg")], tmp_path, env)
