@@ -61,6 +61,8 @@
 #'   `attempt`, `workers`, `wanted`, `why` (`"start"`, `"lost"`, `"back"`),
 #'   `places` (the hosts or nodes that left or came), `position` (the step it
 #'   resumed from) and `seconds` (since the start); no rows for other jobs.
+#'   A SLURM job's result also has `$job_id` and `$queue_seconds`, its wait in
+#'   SLURM's queue (every attempt's summed; `timeout` counts running time only).
 #'
 #'   What the tasks reported while they trained, from scripts that call
 #'   [fit_distributed()] or plain `model$fit()`: `$history` is the job's
@@ -216,6 +218,13 @@ launch_result <- function(result, backend) {
     stragglers = as.character(unlist(result$stragglers)),
     sizes = sizes_frame(result$sizes)
   ), class = "tfdistributed_launch")
+  # SLURM's: the job's id (the last attempt's) and the seconds spent waiting in the queue,
+  # every attempt's summed (the timeout counts running time only).
+  for (name in c("job_id", "queue_seconds")) {
+    if (reticulate::py_has_attr(result, name)) {
+      out[[name]] <- reticulate::py_to_r(reticulate::py_get_attr(result, name))
+    }
+  }
   invisible(out)
 }
 

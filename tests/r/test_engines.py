@@ -33,6 +33,9 @@ def test_launch_cluster_runs_an_r_script_on_slurm(r, slurm_cluster, tmp_path):
     assert list(r("engine_job$tasks$returncode")) == [0, 0]
     assert list(r("engine_job$tasks$task_type")) == ["worker", "worker"]
     assert r("engine_job$backend")[0] == "slurm"
+    # SLURM's job id and its wait in the queue (not counted in the timeout) reach R.
+    assert r("engine_job$job_id")[0].isdigit()
+    assert 0 <= r("engine_job$queue_seconds")[0] < 300
     for i in (0, 1):
         output = list(r(f'engine_job$output[["worker {i}"]]'))
         assert any(line.startswith(f"worker {i}: test accuracy") for line in output), output[-20:]
