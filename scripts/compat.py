@@ -221,7 +221,8 @@ def summary(result: dict) -> str:
     if result["skipped"]:
         text += f", {result['skipped']} skipped"
     if not ok and result["failed"] == 0:
-        text += f" (pytest exited {result['returncode']})"
+        why = {2: ": interrupted, the check's other tests not run", -9: ": over its time"}
+        text += f" (pytest exited {result['returncode']}{why.get(result['returncode'], '')})"
     return ("ok: " if ok else "FAILED: ") + text
 
 
