@@ -95,7 +95,10 @@ def _stratified_split(y, test_fraction: float, seed):
 def _digits_builder_class():
     """A real TFDS builder for the digits (a class, so its info carries supervised keys)."""
     import numpy as np
-    import tensorflow_datasets as tfds
+
+    from .tfds import import_tfds
+
+    tfds = import_tfds()
 
     class SklearnDigits(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         VERSION = tfds.core.Version("1.0.0")
@@ -154,7 +157,9 @@ def write_digits_tfds(data_dir, *, num_files=1, test_fraction=0.25, seed=0):
         >>> data_dir = write_digits_tfds("/tmp/tfds", num_files=2)    # doctest: +SKIP
         >>> train = load_tfds("sklearn_digits", "train", data_dir)    # doctest: +SKIP
     """
-    import tensorflow_datasets as tfds
+    from .tfds import import_tfds
+
+    tfds = import_tfds()
 
     num_files = as_int(num_files, "num_files", minimum=1)
     data_dir = os.fspath(data_dir)

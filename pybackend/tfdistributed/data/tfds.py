@@ -10,6 +10,32 @@ from ..errors import TFDistributedError
 from .sharding import with_shard_policy
 
 
+def import_tfds():
+    """``tensorflow_datasets``, or an error naming the fix when its protocol buffers cannot load.
+
+    tensorflow-metadata 1.21 (what pip picks for tensorflow-datasets) is generated with protobuf
+    6 while declaring protobuf >= 4.25, and TensorFlow 2.18 and 2.19 require protobuf < 6: in
+    such an environment the import fails with protobuf's "incompatible Protobuf Gencode/Runtime
+    versions" (make compat found it)."""
+    try:
+        import tensorflow_datasets as tfds
+    except Exception as e:  # protobuf's VersionError, or a TypeError of older protobufs
+        if "Gencode/Runtime" not in str(e) and "Descriptors cannot be created" not in str(e):
+            raise
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            protobuf = version("protobuf")
+        except PackageNotFoundError:
+            protobuf = "?"
+        raise TFDistributedError(
+            f"tensorflow-datasets cannot load: its tensorflow-metadata was generated with a newer "
+            f"protobuf than this environment's ({protobuf}, as TensorFlow 2.18 and 2.19 "
+            f"require protobuf < 6). Fix: pip install \"tensorflow-metadata<1.21\" in this "
+            f"environment. ({e})") from None
+    return tfds
+
+
 def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_policy=None,
               download=False, **kwargs):
     """A TFDS dataset read with tensorflow-datasets' own loader (``tfds.load``).
@@ -45,8 +71,7 @@ def load_tfds(name, split="train", data_dir=None, *, as_supervised=True, shard_p
         ...                   shard_policy="data")      # doctest: +SKIP
         >>> train = train.map(scale).batch(64)          # doctest: +SKIP
     """
-    import tensorflow_datasets as tfds
-
+    tfds = import_tfds()
     name = as_str(name, "name")
     kwargs.setdefault("read_config", tfds.ReadConfig(try_autocache=False))
     try:

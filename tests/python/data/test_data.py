@@ -456,3 +456,28 @@ def test_plan_checks_arrays_sharded_by_data_from_their_batch_count(what):
                 assert outcome(plan.dataset) == preflight, (n, batch, workers)
                 refused.append(preflight is not None)
     assert any(refused) and not all(refused)
+
+
+def test_tensorflow_datasets_that_cannot_load_its_protocol_buffers_names_the_fix(tmp_path):
+    """TensorFlow 2.18/2.19 (protobuf < 6) beside tensorflow-metadata 1.21 (generated with
+    protobuf 6): importing tensorflow_datasets fails with protobuf's VersionError. That
+    environment costs a TensorFlow install; here a stand-in tensorflow_datasets raises the
+    same error (protobuf's own class and message), and the real import path translates it."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "tensorflow_datasets"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "from google.protobuf.runtime_version import VersionError\n"
+        "raise VersionError('Detected incompatible Protobuf Gencode/Runtime versions when "
+        "loading tensorflow_metadata/proto/v0/anomalies.proto: gencode 6.31.1 runtime 5.29.6.')\n")
+    code = ("import tfdistributed as tfd\n"
+            "try:\n    tfd.load_tfds('sklearn_digits', data_dir='.')\n"
+            "except tfd.TFDistributedError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'pip install "tensorflow-metadata<1.21"' in done.stdout, done.stdout
+    assert "TensorFlow 2.18 and 2.19 require protobuf < 6" in done.stdout
