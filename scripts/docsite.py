@@ -88,6 +88,7 @@ SITE_LINKS = [
     (re.compile(r"\]\(vignettes/([\w-]+)\.Rmd(#[\w-]+)?\)"), r"](articles/\1.html\2)"),
     (re.compile(r"\]\(rpkg/NEWS\.md\)"), "](news/index.html)"),
     (re.compile(r"\]\(CONFORMANCE\.md\)"), "](articles/conformance.html)"),
+    (re.compile(r"\]\(COMPATIBILITY\.md\)"), "](articles/compatibility.html)"),
 ]
 # Any other link to a file of the repository has no page on the site: its text stays.
 OTHER_FILE_LINK = re.compile(r"\[([^\]]+)\]\((?![a-z]+://|#|articles/|news/)[^)\s]+\)")
@@ -95,25 +96,36 @@ OTHER_FILE_LINK = re.compile(r"\[([^\]]+)\]\((?![a-z]+://|#|articles/|news/)[^)\
 
 def home_page(readme: str) -> str:
     """README.md as the site's home page: links to vignette sources become links to their
-    articles, NEWS.md the changelog, CONFORMANCE.md its article; other files of the repository
-    are named, not linked."""
+    articles, NEWS.md the changelog, CONFORMANCE.md and COMPATIBILITY.md their articles; other
+    files of the repository are named, not linked."""
     for pattern, replacement in SITE_LINKS:
         readme = pattern.sub(replacement, readme)
     return OTHER_FILE_LINK.sub(r"\1", readme)
 
 
-def conformance_article(markdown: str) -> str:
-    """CONFORMANCE.md (which the conformance test writes) as an article: its first heading
-    becomes the title."""
+def markdown_article(markdown: str, description: str) -> str:
+    """A markdown file of the repository as an article: its first heading becomes the title."""
     heading, body = markdown.split("\n", 1)
     title = heading.lstrip("# ").strip().replace('"', '\\"')
-    return (f'---\ntitle: "{title}"\ndescription: >\n  Every Keras feature under every strategy, '
-            f'as the conformance test found it.\n---\n{body}')
+    return f'---\ntitle: "{title}"\ndescription: >\n  {description}\n---\n{body}'
+
+
+def conformance_article(markdown: str) -> str:
+    """CONFORMANCE.md (which the conformance test writes) as an article."""
+    return markdown_article(markdown, "Every Keras feature under every strategy, as the "
+                                      "conformance test found it.")
+
+
+def compatibility_article(markdown: str) -> str:
+    """COMPATIBILITY.md (which make compat writes) as an article."""
+    return markdown_article(markdown, "The TensorFlow, Keras and tensorflow-datasets releases "
+                                      "tested at the ends of the supported ranges.")
 
 
 def stage(work: Path) -> Path:
     """A copy of rpkg/ to build from (vignettes copied, not linked; no tests), with
-    pkgdown/index.md made from README.md and the conformance matrix as an article."""
+    pkgdown/index.md made from README.md, and the conformance matrix and the compatibility
+    table as articles."""
     pkg = work / "tfdistributed"
     if pkg.exists():
         shutil.rmtree(pkg)
@@ -125,6 +137,8 @@ def stage(work: Path) -> Path:
     (pkg / "pkgdown" / "favicon").mkdir(exist_ok=True)
     (pkg / "vignettes" / "articles" / "conformance.Rmd").write_text(
         conformance_article((ROOT / "CONFORMANCE.md").read_text()))
+    (pkg / "vignettes" / "articles" / "compatibility.Rmd").write_text(
+        compatibility_article((ROOT / "COMPATIBILITY.md").read_text()))
     return pkg
 
 

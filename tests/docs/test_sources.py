@@ -139,7 +139,8 @@ def test_pkgdown_config_lists_every_article_and_topic():
     listed = [name for section in config["articles"] for name in section["contents"]]
     expected = sorted(p.stem for p in (ROOT / "vignettes").glob("*.Rmd"))
     expected += sorted(f"articles/{p.stem}" for p in ARTICLES.glob("*.Rmd"))
-    expected.append("articles/conformance")   # made from CONFORMANCE.md by scripts/docsite.py
+    # Made by scripts/docsite.py from CONFORMANCE.md and COMPATIBILITY.md.
+    expected += ["articles/conformance", "articles/compatibility"]
     assert sorted(listed) == sorted(expected)
     # Every article is in a menu of the navbar: the users' in Articles, the one for people
     # working on tfdistributed itself in Contributing, not among the users' guides.
