@@ -100,7 +100,9 @@ class LaunchResult:
 
 @dataclass(frozen=True)
 class Deadline:
-    """A job's timeout, counted from its first start: one timeout covers every attempt."""
+    """A job's timeout, counted from its first start: one timeout covers every attempt. (The
+    SLURM engine takes its jobs' waits in SLURM's queue off it: there the timeout counts running
+    time, engines/slurm/launcher.py's ``QueueWaits``.)"""
 
     timeout: float
     started: float
