@@ -126,8 +126,9 @@ def env_with_older_tensorflow(tmp_path_factory):
     venv.EnvBuilder(with_pip=True).create(path)
     python = path / "bin" / "python"
     dist, version = KEPT_TENSORFLOW
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", f"{dist}=={version}"],
-                   check=True, capture_output=True, timeout=900, env=_clean_env())
+    done = subprocess.run([python, "-m", "pip", "install", "--no-compile", f"{dist}=={version}"],
+                          capture_output=True, text=True, timeout=900, env=_clean_env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return path
 
 
