@@ -60,8 +60,8 @@ CHECK_TIMEOUT = 1800
 #: The pairs tested here: the oldest of every range, and one in the middle. The newest pair is
 #: .venv itself (constraints/dev.txt), which make test covers.
 PAIRS = {
-    "oldest": {"tensorflow": "2.18.1", "keras": "3.10.0", "tensorflow-datasets": "4.9.7"},
-    "middle": {"tensorflow": "2.20.0", "keras": "3.11.3", "tensorflow-datasets": "4.9.9"},
+    "oldest": {"tensorflow": "2.18.1", "keras": "3.10.0", "tensorflow-datasets": "4.9.10"},
+    "middle": {"tensorflow": "2.20.0", "keras": "3.11.3", "tensorflow-datasets": "4.9.10"},
 }
 #: Other releases a pair needs, each with why (shown under the table). TensorFlow 2.18 and 2.19
 #: require protobuf < 6, and tensorflow-metadata 1.21 (what pip picks for tensorflow-datasets)
