@@ -33,7 +33,9 @@ lint: setup
 demo: setup
 	@$(PY) scripts/quiet.py .logs/demo.log -- $(PY) -m tfdistributed.demo
 
+# TESTS=1: set-up also fetches the install tests' wheelhouse (scripts/setup.sh says why).
 test: lint
+	@TESTS=1 bash scripts/setup.sh
 	@$(PY) scripts/quiet.py .logs/test.log -- $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 --cpu-log=.logs/test-cpu.jsonl $(PYTEST_ARGS)
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other

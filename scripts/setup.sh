@@ -149,6 +149,23 @@ if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" !
   echo "$req_hash" > "$STAMP_DIR/bench.hash"
 fi
 
+# --- the install tests' wheelhouse (only with TESTS=1, i.e. `make test`) --------------------
+# tests/python/package/test_packaging.py installs our wheel into a fresh virtualenv that already
+# holds an older supported TensorFlow (constraints/older-tensorflow.txt), from these files with
+# --no-index: the suite then waits on no package index during its run. Downloaded by this
+# environment's pip, with the dependencies of both; again only when either changes.
+WHEELHOUSE="$STAMP_DIR/wheelhouse"
+OLDER_TF="$ROOT/constraints/older-tensorflow.txt"
+wh_hash="$(cat pyproject.toml "$OLDER_TF" | sha256sum | cut -d' ' -f1)"
+if [ "${TESTS:-0}" = "1" ] && [ "$(cat "$STAMP_DIR/wheelhouse.hash" 2>/dev/null)" != "$wh_hash" ]; then
+  log "downloading $(grep -v '^#' "$OLDER_TF") and the backend's dependencies into $WHEELHOUSE"
+  rm -rf "$WHEELHOUSE"
+  "$VENV/bin/python" -m pip download -d "$WHEELHOUSE" -r "$OLDER_TF" "$ROOT" \
+    >"$STAMP_DIR/wheelhouse.log" 2>&1 || { tail -40 "$STAMP_DIR/wheelhouse.log"; exit 1; }
+  rm -f "$WHEELHOUSE"/tfdistributed-*   # the tests build their own from the checkout
+  echo "$wh_hash" > "$STAMP_DIR/wheelhouse.hash"
+fi
+
 # --- the R package --------------------------------------------------------------------------
 # Installed into .rlib so Rscript, rpy2 and knitr all load the same code; reinstalled only when
 # a file under rpkg/ changed.

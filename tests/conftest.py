@@ -154,7 +154,10 @@ def slurm_cluster():
     slurm.stop()
 
 
-@pytest.fixture(scope="session")
+# Per test file, not per session: an idle local Ray (its GCS, raylet and agents) burns ~3.5
+# CPU-seconds a minute, ~6% of a core, for as long as the pytest worker that started it lives;
+# a start costs ~5 CPU-seconds.
+@pytest.fixture(scope="module")
 def ray_cluster():
     try:
         import ray

@@ -19,6 +19,8 @@ summary <- list(
   skipped = sum(df$skipped),
   warnings = sum(df$warning),
   seconds = sum(df$real),
+  # Seconds per file, costliest first: where the suite's time goes.
+  by_file = as.list(sort(round(tapply(df$real, df$file, sum), 1), decreasing = TRUE)),
   failing = as.list(paste(df$file, df$test, sep = ": ")[df$failed > 0 | df$error])
 )
 cat("\nTESTTHAT_SUMMARY ", jsonlite::toJSON(summary, auto_unbox = TRUE), "\n", sep = "")

@@ -18,7 +18,7 @@ import pytest
 from rsupport import ROOT
 
 # The same xdist group as tests/docs/test_site.py: one worker holds the session's one render.
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800), pytest.mark.xdist_group("site")]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400), pytest.mark.xdist_group("site")]
 VIGNETTES = sorted(p.stem for p in (ROOT / "vignettes").glob("*.Rmd"))
 # A plot of the page: pkgdown writes each as a PNG file beside the article.
 FIGURE = "_files/figure-html/"

@@ -27,7 +27,10 @@ first of them is named: it is what the job's output can show.
 
 from __future__ import annotations
 
+import os
 import re
+import select
+import time
 from dataclasses import dataclass
 
 from ..watch.channel import PREEMPTED_EXIT_CODE
@@ -110,3 +113,24 @@ def _caused(consequence: End, causes) -> bool:
     if consequence.at is None:
         return bool(causes)
     return any(c.at is None or c.at <= consequence.at + CONSEQUENCE_WINDOW for c in causes)
+
+
+def exit_time(pid: int, clock=time.monotonic) -> float | None:
+    """Wait for the process ``pid`` to exit and return ``clock()`` at its exit, as the kernel
+    tells it: a pidfd (``pidfd_open``, Linux 5.3+) turns readable then, before anyone reaps the
+    process, whoever its parent is (a warm server's forked tasks included). That is the time of
+    the exit, not of when its status reached the launcher. A process already gone gives the time
+    now; None where there is no pidfd (the engine's own record then stands in). Blocks: run it
+    in a thread of its own."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # gone already: it exited before anyone looked
+        return clock()
+    except (AttributeError, OSError):
+        return None
+    try:
+        select.select([fd], [], [])
+        return clock()
+    finally:
+        os.close(fd)
+

@@ -6,8 +6,9 @@
   dependencies are reached through a .pth line to this project's .venv, which does not make the
   project's own (editable) tfdistributed importable. So what is imported is what was installed.
 - A user's environment that already holds a supported, older TensorFlow (tensorflow-cpu):
-  `pip install <wheel>` resolves the rest from the index, keeps that TensorFlow alone, and a
-  2-worker job trains there.
+  `pip install <wheel>` resolves the rest, keeps that TensorFlow alone, and a 2-worker job
+  trains there. pip resolves from the wheelhouse `make test`'s set-up downloaded from the index
+  (scripts/setup.sh, TESTS=1), with --no-index: the suite waits on no index during its run.
 - An R user: the R source package (carrying the wheel, as `make dist` builds it) into a clean
   library, then `install_tfdistributed()` with no argument gives a backend with no root, found
   by itself in the next R session.
@@ -83,8 +84,12 @@ def test_installs_into_a_fresh_venv_and_trains(dist, tmp_path, kind):
 
 # --- Installs where users are: their TensorFlow kept, no checkout on any path ----------------
 #: A supported TensorFlow that is not the newest, as the distribution users of CPU clusters
-#: install: the wheel must keep it (no second TensorFlow, no upgrade).
-KEPT_TENSORFLOW = ("tensorflow-cpu", "2.19.1")
+#: install: the wheel must keep it (no second TensorFlow, no upgrade). The same file tells
+#: scripts/setup.sh what to download into the wheelhouse.
+OLDER_TENSORFLOW = ROOT / "constraints" / "older-tensorflow.txt"
+KEPT_TENSORFLOW = tuple(next(line for line in OLDER_TENSORFLOW.read_text().splitlines()
+                             if line and not line.startswith("#")).split("=="))
+WHEELHOUSE = ROOT / ".setup" / "wheelhouse"
 
 TWO_WORKERS = """
 import json, sys, numpy as np, tfdistributed as tfd
@@ -108,6 +113,18 @@ print(json.dumps({"returns": [t.value for t in result.tasks],
 """
 
 
+def _pip_install(python: Path, *what: str) -> None:
+    """``pip install`` into the user's environment from the wheelhouse alone, run isolated
+    (``-I``: neither this checkout nor PYTHON* variables on its path)."""
+    if not WHEELHOUSE.is_dir():
+        pytest.fail(f"{WHEELHOUSE} is missing: `make test` downloads it (TESTS=1 bash "
+                    "scripts/setup.sh)")
+    done = subprocess.run([python, "-I", "-m", "pip", "install", "--no-compile", "--no-index",
+                           "--find-links", str(WHEELHOUSE), *what], capture_output=True,
+                          text=True, timeout=900, env=_clean_env(), cwd=python.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 def _clean_env() -> dict:
     """The environment of a user's process: nothing of this checkout on any path. pip does
     not byte-compile what it installs (PIP_NO_COMPILE: TensorFlow's thousands of modules cost
@@ -125,10 +142,7 @@ def env_with_older_tensorflow(tmp_path_factory):
     path = tmp_path_factory.mktemp("user") / "env"
     venv.EnvBuilder(with_pip=True).create(path)
     python = path / "bin" / "python"
-    dist, version = KEPT_TENSORFLOW
-    done = subprocess.run([python, "-m", "pip", "install", "--no-compile", f"{dist}=={version}"],
-                          capture_output=True, text=True, timeout=900, env=_clean_env())
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _pip_install(python, "==".join(KEPT_TENSORFLOW))
     return path
 
 
@@ -138,10 +152,8 @@ def test_the_wheel_keeps_the_users_tensorflow_and_runs_a_two_worker_job(
         dist, env_with_older_tensorflow, tmp_path):
     python = env_with_older_tensorflow / "bin" / "python"
     wheel = next(dist.glob("*.whl"))
-    # What a user types: pip install <wheel>, dependencies resolved from the index.
-    done = subprocess.run([python, "-m", "pip", "install", "--no-compile", str(wheel)],
-                          capture_output=True, text=True, timeout=900, env=_clean_env())
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # What a user types: pip install <wheel>, its dependencies resolved (from the wheelhouse).
+    _pip_install(python, str(wheel))
     job = subprocess.run([python, "-c", TWO_WORKERS], capture_output=True, text=True,
                          timeout=400, env=_clean_env(), cwd=tmp_path)
     assert job.returncode == 0, job.stderr[-4000:]

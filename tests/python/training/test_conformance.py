@@ -66,7 +66,7 @@ def _exact(strategy, feature) -> bool:
 def _cluster_cells(root) -> dict:
     # The three multi-worker columns in one job: one cluster start-up for the three.
     job = tfd.launch(conformance.run_multi_worker_cells, workers=2, args=(str(root / "mwms"),),
-                     timeout=1500, echo=False)
+                     timeout=2400, echo=False)
     results = {}
     for column, compression in (("multi_worker_mirrored", "none"), (COMPRESSED, "fp16"),
                                 (LOW_RANK, "powersgd")):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import pickle
 import queue
-import select
 import shutil
 import signal
 import subprocess
@@ -31,7 +30,7 @@ from ..elastic.probes import probe_hosts
 from ..warm import start_task, warm_start_wanted
 from .plan import LaunchPlan, TaskPlan, host_of, on_hosts, plan_launch
 from ..restarts import failure_of
-from ..attribution import End, first_cause, kind_of_end
+from ..attribution import End, exit_time, first_cause, kind_of_end
 from ...watch.channel import PREEMPTED_EXIT_CODE
 
 
@@ -291,23 +290,12 @@ def _failure_message(task: _Process) -> str:
 
 
 def _stamp_exit(task: _Process) -> None:
-    """Set ``task.exited_at`` when its process exits, as the kernel tells it: a pidfd
-    (``pidfd_open``, Linux 5.3+) becomes readable then, for our children and for the tasks a
-    warm server forked alike, before anyone reaps them. The time of the exit, not of when its
-    status reached the launcher (a warm task's comes from its server, in the server's time).
-    Where there is no pidfd, the task's output's end stands in (``ended_at``)."""
-    try:
-        fd = os.pidfd_open(task.proc.pid)
-    except ProcessLookupError:  # gone already: it exited before its start returned
-        task.exited_at = time.monotonic()
-        return
-    except (AttributeError, OSError):
-        return
-    try:
-        select.select([fd], [], [])
-        task.exited_at = time.monotonic()
-    finally:
-        os.close(fd)
+    """Set ``task.exited_at`` when its process exits, as the kernel tells it
+    (:func:`~tfdistributed.engines.attribution.exit_time`, on the monotonic clock). Where there
+    is no pidfd, the task's output's end stands in (``ended_at``)."""
+    when = exit_time(task.proc.pid)
+    if when is not None:
+        task.exited_at = when
 
 
 def _failed_before(tasks: list[_Process], stopping: float) -> list[_Process]:

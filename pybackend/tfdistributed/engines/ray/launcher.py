@@ -45,7 +45,7 @@ from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
 from ..gpus import ray_actor_options
 from ..output import Relay, error_summary, how_it_ended
 from ..restarts import failure_of
-from ..attribution import End, first_cause, kind_of_end
+from ..attribution import End, exit_time, first_cause, kind_of_end
 
 _RAY_MISSING = ("launch(..., engine=Ray()) needs Ray: pip install 'tfdistributed[ray]' (or "
                 "\"ray[train]==2.60.0\").")
@@ -106,18 +106,8 @@ class _TaskActor:
                 self.lines.append(raw.decode(errors="replace").rstrip("\n"))
             self.ended_at = time.time()
 
-        def stamp_exit():  # a pidfd turns readable as the process exits (Linux 5.3+)
-            import select
-
-            try:
-                fd = os.pidfd_open(self.proc.pid)
-            except (AttributeError, OSError):
-                return
-            try:
-                select.select([fd], [], [])
-                self.exited_at = time.time()
-            finally:
-                os.close(fd)
+        def stamp_exit():  # wall-clock time: the driver compares it with other nodes' ends
+            self.exited_at = exit_time(self.proc.pid, time.time)
 
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
