@@ -69,7 +69,7 @@ def test_the_sdist_installs_into_a_fresh_venv_and_trains(dist, tmp_path):
     python = _fresh_env(tmp_path / "env")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(artifact)],
                    check=True, capture_output=True, timeout=600)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_CONFIG")}
+    env = _clean_env()
     done = subprocess.run([python, "-c", CHECK], capture_output=True, text=True, timeout=300,
                           env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -129,12 +129,17 @@ def _pip_install(python: Path, *what: str) -> None:
 
 
 def _clean_env() -> dict:
-    """The environment of a user's process: nothing of this checkout on any path. pip does
-    not byte-compile what it installs (PIP_NO_COMPILE: TensorFlow's thousands of modules cost
-    the suite CPU seconds, and a user's first import compiles what it uses)."""
+    """The environment of a user's process: nothing of this checkout on any path, and no
+    LD_LIBRARY_PATH of R's. A pytest worker that ran the rpy2 tests has R's in its environment
+    (rpy2 puts it there), /usr/lib/x86_64-linux-gnu first: a Python with its own shared
+    libpython (pyenv's, here) started with it loads Debian's libpython3.11 instead, and its
+    `_ssl` then fails to import ("undefined symbol: _PyModule_Add"): pip could not reach the
+    index in CI's run, "the SSL module is not available". pip does not byte-compile what it
+    installs (PIP_NO_COMPILE: TensorFlow's thousands of modules cost the suite CPU seconds, and
+    a user's first import compiles what it uses)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "TF_CONFIG", "RETICULATE_PYTHON", "R_LIBS",
-                        "R_LIBS_USER", "VIRTUAL_ENV")}
+                        "R_LIBS_USER", "VIRTUAL_ENV", "LD_LIBRARY_PATH")}
     env["PIP_NO_COMPILE"] = "1"
     return env
 
