@@ -87,7 +87,8 @@ def port_server(log_dir: str):
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, preexec_fn=_dying_with_this_process)
     deadline = time.monotonic() + 30
-    while portpicker.get_port_from_port_server(address) is None:
+    # Asked only once its socket exists: portpicker prints every failed connection.
+    while not os.path.exists(address) or portpicker.get_port_from_port_server(address) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise SystemExit(f"portpicker's port server ({script}) did not start")

@@ -105,7 +105,8 @@ def _start_port_server(config) -> None:
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while portpicker.get_port_from_port_server(address) is None:
+    # Asked only once its socket exists: portpicker prints every failed connection.
+    while not os.path.exists(address) or portpicker.get_port_from_port_server(address) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise pytest.UsageError(f"portpicker's port server ({script}) did not start")
