@@ -76,23 +76,16 @@ def port_server(log_dir: str):
     then starts none: each pytest session's own serves 15000-24999 from its top, and two
     sessions at once, this run's and a colleague's on a shared machine, hand out the same
     ports: "Could not start gRPC server", seen in 3 of 20 rounds)."""
-    import portpicker
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python", "support"))
+    import portserver
 
     address = os.path.join(log_dir, "portserver.socket")
     if os.path.exists(address):
         os.remove(address)
-    script = os.path.join(os.path.dirname(sys.executable), "portserver.py")
-    proc = subprocess.Popen([sys.executable, script, f"--portserver_address={address}",
-                             f"--portserver_static_pool={PORTS}"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, preexec_fn=_dying_with_this_process)
-    deadline = time.monotonic() + 30
-    # Asked only once its socket exists: portpicker prints every failed connection.
-    while not os.path.exists(address) or portpicker.get_port_from_port_server(address) is None:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"portpicker's port server ({script}) did not start")
-        time.sleep(0.1)
+    try:
+        proc = portserver.start(address, pool=PORTS, preexec_fn=_dying_with_this_process)
+    except RuntimeError as e:
+        raise SystemExit(str(e)) from None
     os.environ["PORTSERVER_ADDRESS"] = address
     return proc
 

@@ -89,28 +89,18 @@ def _start_port_server(config) -> None:
     outgoing connection in the seconds before its task bound it: seen as "Could not start gRPC
     server" (4 workers, 2026-11-26). The server hands each port to one live process at a time
     from 15000-24999, below that range."""
-    import subprocess
-    import sys
     import tempfile
-    import time
 
-    import portpicker
+    import portserver
 
     if "PORTSERVER_ADDRESS" in os.environ:
         return  # the caller runs one
     # A file, not an abstract name: the host bed's network namespaces reach it too.
     address = os.path.join(tempfile.mkdtemp(prefix="tfdistributed-ports-"), "socket")
-    script = os.path.join(os.path.dirname(sys.executable), "portserver.py")
-    proc = subprocess.Popen([sys.executable, script, f"--portserver_address={address}"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    # Asked only once its socket exists: portpicker prints every failed connection.
-    while not os.path.exists(address) or portpicker.get_port_from_port_server(address) is None:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise pytest.UsageError(f"portpicker's port server ({script}) did not start")
-        time.sleep(0.1)
+    try:
+        proc = portserver.start(address)
+    except RuntimeError as e:
+        raise pytest.UsageError(str(e)) from None
     os.environ["PORTSERVER_ADDRESS"] = address
     config.port_server = proc
 
