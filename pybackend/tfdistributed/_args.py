@@ -119,7 +119,7 @@ def check_keras_call(method, model, args, kwargs) -> None:
             as_int(bound[name], name)
     data = {name: bound.get(name) for name in KERAS_DATA}
     validation = bound.get("validation_data")
-    if isinstance(validation, tuple):
+    if isinstance(validation, (tuple, list)):
         data.update({f"validation_data[{i}]": part for i, part in enumerate(validation)})
     for name, value in data.items():
         if _numbers_in_a_list(value):

@@ -143,14 +143,7 @@ to_numpy <- function(x, name, call = rlang::caller_env()) {
     x <- as.integer(x) - 1L
   }
   if (is.list(x)) {
-    # A named list is one array per named input of the model (a Python dict).
-    if (length(x) && !is.null(names(x)) && all(nzchar(names(x)))) {
-      arrays <- lapply(names(x), function(n) to_numpy(x[[n]], paste0(name, "$", n), call = call))
-      return(reticulate::py_dict(as.list(names(x)), arrays))
-    }
-    tfd_abort("`", name, "` must be a numeric matrix, array, vector or data frame (or a named list ",
-          "of them, one per named model input), got an unnamed list. ",
-          "For a dataset use dataset_from_arrays() or load_tfds().", call = call)
+    return(list_to_numpy(x, name, call))
   }
   if (!is.numeric(x) && !is.logical(x)) {
     tfd_abort("`", name, "` must be numeric, got ", describe(x), ".", call = call)
@@ -166,6 +159,17 @@ to_numpy <- function(x, name, call = rlang::caller_env()) {
     x <- as.vector(x)
   }
   reticulate::np_array(if (is.logical(x)) x + 0 else x, dtype = dtype)
+}
+
+# A list holds one array per model input, as in Keras: named, a Python dict (the model's named
+# inputs or outputs); otherwise a Python list, in the order of the inputs. Each element is
+# converted by to_numpy()'s rules, so keras3's already converted lists (its fit() hands over R
+# lists of NumPy arrays) reach Keras as reticulate alone would pass them.
+list_to_numpy <- function(x, name, call) {
+  named <- length(x) && !is.null(names(x)) && all(nzchar(names(x)))
+  labels <- if (named) paste0(name, "$", names(x)) else sprintf("%s[[%d]]", name, seq_along(x))
+  arrays <- lapply(seq_along(x), function(i) to_numpy(x[[i]], labels[[i]], call = call))
+  if (named) reticulate::py_dict(as.list(names(x)), arrays) else arrays
 }
 
 #' Read a TFDS dataset from disk

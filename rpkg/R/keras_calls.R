@@ -33,7 +33,7 @@ keras_module_for_r <- function(module, path = "keras") {
     return(keras_module_for_r(value, paste(path, name, sep = ".")))
   }
   if (is.function(value) && is_py(value) && keras_call_covered(path, name)) {
-    return(keras_call_for_r(value))
+    return(keras_call_for_r(value, paste0(gsub(".", "$", path, fixed = TRUE), "$", name)))
   }
   value
 }
@@ -47,7 +47,7 @@ keras_module_for_r <- function(module, path = "keras") {
 `$.tensorflow.python.data.ops.dataset_ops.DatasetV2` <- function(x, name) {
   method <- NextMethod()
   if (is.function(method) && is_py(method) && name %in% covered_dataset_methods()) {
-    return(keras_call_for_r(method))
+    return(keras_call_for_r(method, paste0("dataset$", name)))
   }
   method
 }
@@ -97,13 +97,15 @@ keras_call_covered <- function(path, name) {
 # rules, with `fn`'s formals (args() and completion show Keras' signature, as reticulate's own
 # function does) and attributes (so it stays the Python object wherever one is needed). Its body
 # uses only names with a dot, which no Python parameter can have (Keras' MeanMetricWrapper has
-# a parameter `fn`, and a formal shadows the closure's variable of the same name).
-keras_call_for_r <- function(fn) {
+# a parameter `fn`, and a formal shadows the closure's variable of the same name). `label`
+# (e.g. "dataset$batch") names the call in errors where the caller's own call cannot.
+keras_call_for_r <- function(fn, label) {
   .tfdistributed_fn <- fn
   .tfdistributed_call <- call_with_r_values
+  .tfdistributed_label <- label
   wrapper <- as.function.default(c(formals(fn), quote({
     .call <- sys.call()
-    .tfdistributed_call(.tfdistributed_fn, .call, parent.frame())
+    .tfdistributed_call(.tfdistributed_fn, .call, parent.frame(), .tfdistributed_label)
   })))
   attributes(wrapper) <- attributes(fn)
   wrapper
@@ -111,11 +113,12 @@ keras_call_for_r <- function(fn) {
 
 # Calls `fn` with the arguments of the user's `call` (evaluated where it was made): as in
 # reticulate, only the arguments given, so Keras applies its own defaults. Errors are reported
-# for the user's own call (`keras$layers$Conv2D(...)`).
-call_with_r_values <- function(fn, call, env) {
+# for the user's own call (`keras$layers$Conv2D(...)`, see error_call()).
+call_with_r_values <- function(fn, call, env, label) {
   given <- call
   given[[1L]] <- base::list
   args <- eval(given, env)
   r_values()
-  with_backend(do.call(r_values_state$call, c(list(fn), args)), call = call)
+  with_backend(do.call(r_values_state$call, c(list(fn), args)), call = error_call(call, label),
+               foreign = "as_raised")
 }

@@ -41,20 +41,24 @@ KERAS_R_METHODS <- c("fit", "evaluate", "predict")
     return(method)
   }
   if (name %in% KERAS_R_METHODS) {
-    return(keras_method_for_r(method))
+    return(keras_method_for_r(method, paste0("model$", name)))
   }
-  if (name %in% covered_model_methods()) keras_call_for_r(method) else method
+  if (name %in% covered_model_methods()) keras_call_for_r(method, paste0("model$", name)) else method
 }
 
 #' @export
 `[[.keras.src.models.model.Model` <- `$.keras.src.models.model.Model`
 
-# An R function calling Keras' bound `method` with R values converted. Its errors are reported
-# for the user's own call (`model$fit(...)`).
-keras_method_for_r <- function(method) {
+# An R function calling Keras' bound `method` with R values converted: R values only, by
+# structure (a list stays a list, named a dict), so values that are Python objects already, as
+# keras3's fit() hands them over, reach Keras as they would without this package. Its errors are
+# reported for the user's own call (`model$fit(...)`; `label`, e.g. "model$fit", where that
+# call holds the function itself: see error_call()).
+keras_method_for_r <- function(method, label) {
   force(method)
+  force(label)
   function(...) {
-    call <- sys.call()
+    call <- error_call(sys.call(), label)
     args <- name_positional(list(...), keras_parameters(method))
     converters <- keras_argument_converters()
     for (arg in intersect(names(args), names(converters))) {
@@ -62,7 +66,7 @@ keras_method_for_r <- function(method) {
         args[arg] <- list(converters[[arg]](args[[arg]], arg, call))
       }
     }
-    with_backend(do.call(method, args), call = call)
+    with_backend(do.call(method, args), call = call, foreign = "as_raised")
   }
 }
 

@@ -157,8 +157,11 @@ as_save_freq <- function(save_freq, call = rlang::caller_env()) {
   if (is.numeric(save_freq)) as_integer(save_freq, "save_freq", call = call) else save_freq
 }
 
-# list(x, y[, sample_weight]) -> a Python tuple of arrays; an R array -> a NumPy array. Which
-# shapes are valid validation data is the backend's rule.
+# list(x, y[, sample_weight]) -> a Python list (Keras takes it as the tuple), each part converted
+# by to_numpy() (x may be a list of arrays, one per model input); an R array -> a NumPy array.
+# Which shapes are valid validation data is the backend's rule. (`call` may be a call object: it
+# goes to each part as an argument, never through Map()'s or do.call()'s argument lists, which
+# would evaluate it.)
 validation_arg <- function(validation_data, call = rlang::caller_env()) {
   if (is.null(validation_data) || is_py(validation_data)) {
     return(validation_data)
@@ -166,11 +169,11 @@ validation_arg <- function(validation_data, call = rlang::caller_env()) {
   if (!is.list(validation_data) || is.data.frame(validation_data)) {
     return(to_numpy(validation_data, "validation_data", call = call))
   }
-  names <- c("validation x", "validation y", "validation sample_weight")
-  parts <- Map(to_numpy, validation_data,
-               c(names, rep("validation_data", length(validation_data)))[seq_along(validation_data)],
-               MoreArgs = list(call = call))
-  do.call(reticulate::tuple, unname(parts))
+  labels <- c("validation x", "validation y", "validation sample_weight")
+  lapply(seq_along(validation_data), function(i) {
+    to_numpy(validation_data[[i]], if (i <= length(labels)) labels[[i]] else "validation_data",
+             call = call)
+  })
 }
 
 class_weight_arg <- function(class_weight, call = rlang::caller_env()) {

@@ -22,6 +22,14 @@ tfd_abort <- function(..., class = NULL, call = rlang::caller_env(), parent = NU
                         parent = parent))
 }
 
+# The call an error names: the user's own (`model$fit(x, y)`), or, where the function was
+# called through do.call() with itself in the call (keras3's fit() runs `do.call(object$fit,
+# args)`, tfdatasets' dataset_batch() `do.call(dataset$batch, args)`), a call of `label` with no
+# arguments (`model$fit()`): that call's arguments are values, not code.
+error_call <- function(call, label) {
+  if (is.call(call) && !is.function(call[[1L]])) call else as.call(list(str2lang(label)))
+}
+
 describe <- function(x) {
   if (is.null(x)) {
     return("NULL")
@@ -122,14 +130,21 @@ check_named <- function(x, arg = rlang::caller_arg(x), what = "a named character
 # Run `expr` (calls into the backend). A Python exception raised on purpose by tfdistributed
 # becomes an R error with the backend's message plus its R hint (not Python's), and the
 # backend's kind in the class vector, without a Python traceback. Other Python exceptions
-# (TensorFlow, Keras) keep their own message and type name.
-with_backend <- function(expr, call = rlang::caller_env()) {
+# (TensorFlow, Keras) keep their own message and type name; with `foreign = "as_raised"` (the
+# methods of other packages' objects that this package takes over, `model$fit()`,
+# `dataset$batch()`) they are re-signalled as reticulate raised them, so code that catches
+# them by class (`python.builtin.ValueError`) works as it did without tfdistributed.
+with_backend <- function(expr, call = rlang::caller_env(), foreign = c("wrapped", "as_raised")) {
   force(call)
+  foreign <- match.arg(foreign)
   tryCatch(expr, python.builtin.SystemExit = function(e) exit_as_asked(e, call),
            python.builtin.Exception = function(e) {
     if (inherits(e, "tfdistributed.errors.TFDistributedError")) {
       message <- tryCatch(e$message_for("r"), error = function(err) python_message(e))
       tfd_abort(message, class = python_error_class(e), call = call)
+    }
+    if (foreign == "as_raised") {
+      stop(e)
     }
     tfd_abort(class(e)[[1]], ": ", python_message(e), class = "tfdistributed_python_error",
               call = call)

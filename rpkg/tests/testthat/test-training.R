@@ -50,7 +50,9 @@ test_that("data frames, factors and integer labels are converted; bad data is an
                class = "tfdistributed_error")
   expect_error(fit_distributed(model, df, c(NA, labels[-1])), "`y` contains NA", class = "tfdistributed_error")
   expect_error(fit_distributed(model, df, labels[-1]), "30 rows but `y` has 29", class = "tfdistributed_error")
-  expect_error(fit_distributed(model, list(1, 2), labels), "got an unnamed list", class = "tfdistributed_error")
+  # A list is one array per model input, as in Keras.
+  expect_error(fit_distributed(model, list(1, 2), labels), "`x` has 1 rows but `y` has 30",
+               class = "tfdistributed_error")
   expect_error(fit_distributed(model), "needs data", class = "tfdistributed_error")
 })
 
