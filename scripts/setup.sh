@@ -28,10 +28,11 @@ DEB_PKGS=(r-base-core r-base-dev pandoc r-cran-testthat r-cran-jsonlite r-cran-k
   # (downlit, ragg, httr, whisker... come with it); its browser test (tests/docs/): headless
   # Chromium driven through chromedriver, and LinkChecker over the whole site.
   r-cran-pkgdown chromium chromium-driver linkchecker
-  # What keras3 and its R dependencies need from Debian (the keras3 step below installs them).
+  # What keras3, tfdatasets, tfds and their R dependencies need from Debian (the keras3 step
+  # below installs them).
   r-cran-generics r-cran-magrittr r-cran-zeallot r-cran-fastmap r-cran-glue r-cran-cli
   r-cran-yaml r-cran-rstudioapi r-cran-lifecycle r-cran-base64enc r-cran-whisker
-  r-cran-tidyselect r-cran-backports)
+  r-cran-tidyselect r-cran-backports r-cran-r.utils)
 missing=()
 for p in "${DEB_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -76,39 +77,50 @@ if ! have_reticulate; then
   have_reticulate
 fi
 
-# --- keras3, the R user's Keras, into .rlib-keras3 --------------------------------------------
-# The suite runs R programs as R users write them, with keras3. Its own library, put before .rlib
-# by the tests that run keras3 programs: with keras3 installed, tfdistributed's `keras` is
-# keras3's (one object, no masking message), so the R-value conversions of tfdistributed's own
-# `keras` are tested in .rlib alone, as users without keras3 have them. From CRAN where CRAN can
-# be reached (its host resolves); otherwise from the public sources in ../shared/r-packages/, in
-# their dependency order (keras3 1.2.0: 1.3 and later need reticulate >= 1.42 and dotty).
+# --- keras3, tfdatasets and tfds, the R user's Keras and input pipelines, into .rlib-keras3 ------
+# The suite runs R programs as R users write them: keras3 for the model, tfdatasets for the input
+# pipeline (tensor_slices_dataset() |> dataset_batch()), tfds for tfds_load(). Their own library,
+# put before .rlib by the tests that run such programs: with keras3 installed, tfdistributed's
+# `keras` is keras3's (one object, no masking message), so the R-value conversions of
+# tfdistributed's own `keras` are tested in .rlib alone, as users without keras3 have them.
+# keras3 and tfdatasets from CRAN where CRAN can be reached (its host resolves); tfds was never
+# on CRAN (its users install it from its repository), and whatever is still missing comes from
+# the public sources in ../shared/r-packages/, in their dependency order (keras3 1.2.0: 1.3 and
+# later need reticulate >= 1.42 and dotty).
 K3LIB="$ROOT/.rlib-keras3"
 K3_SOURCES="$ROOT/../shared/r-packages"
-K3_ORDER=(config_0.3.2.9000 tfautograph_0.3.2 tfruns_1.5.4 tensorflow_2.20.0 keras3_1.2.0)
+K3_ORDER=(config_0.3.2.9000 tfautograph_0.3.2 tfruns_1.5.4 tensorflow_2.20.0 keras3_1.2.0
+  tfdatasets_2.18.0 tfds_0.0.0.9000)
+R_USER_PACKAGES="c('keras3', 'tfdatasets', 'tfds')"
 mkdir -p "$K3LIB"
-have_keras3() {
-  R_LIBS="$K3LIB:$RLIB" Rscript -e 'quit(status = !requireNamespace("keras3", quietly = TRUE))' \
+r_user_packages_missing() {
+  R_LIBS="$K3LIB:$RLIB" Rscript -e "p <- $R_USER_PACKAGES
+    cat(p[!vapply(p, requireNamespace, logical(1), quietly = TRUE)])" 2>/dev/null
+}
+r_has() {
+  R_LIBS="$K3LIB:$RLIB" Rscript -e "quit(status = !requireNamespace('$1', quietly = TRUE))" \
     >/dev/null 2>&1
 }
-if ! have_keras3; then
+if [ -n "$(r_user_packages_missing)" ]; then
   CRAN="${CRAN:-https://cloud.r-project.org}"
   if timeout 10 getent hosts "$(printf '%s' "$CRAN" | sed -E 's#^[a-z]+://([^/]+).*#\1#')" \
       >/dev/null 2>&1; then
-    log "installing keras3 from CRAN ($CRAN) into $K3LIB"
-    R_LIBS="$K3LIB:$RLIB" Rscript -e "install.packages('keras3', lib = '$K3LIB', repos = '$CRAN')" \
-      >"$STAMP_DIR/keras3-install.log" 2>&1 || true
+    log "installing keras3 and tfdatasets from CRAN ($CRAN) into $K3LIB"
+    R_LIBS="$K3LIB:$RLIB" Rscript -e "install.packages(c('keras3', 'tfdatasets'), lib = '$K3LIB',
+      repos = '$CRAN')" >"$STAMP_DIR/keras3-install.log" 2>&1 || true
   fi
-  if ! have_keras3; then
-    [ -d "$K3_SOURCES" ] || { log "keras3: CRAN cannot be reached and $K3_SOURCES is missing"; exit 1; }
-    log "installing keras3 1.2.0 and its R dependencies from $K3_SOURCES (CRAN cannot be reached)"
+  missing="$(r_user_packages_missing)"
+  if [ -n "$missing" ]; then
+    [ -d "$K3_SOURCES" ] || { log "$missing: not on CRAN or CRAN cannot be reached, and $K3_SOURCES is missing"; exit 1; }
+    log "installing $missing and their R dependencies from $K3_SOURCES (not from CRAN: it cannot be reached, or tfds is not there)"
     for pkg in "${K3_ORDER[@]}"; do
+      r_has "${pkg%%_*}" && continue
       R_LIBS="$K3LIB:$RLIB" R CMD INSTALL --no-docs --no-html -l "$K3LIB" \
         "$K3_SOURCES/$pkg.tar.gz" >>"$STAMP_DIR/keras3-install.log" 2>&1 \
         || { tail -40 "$STAMP_DIR/keras3-install.log"; exit 1; }
     done
   fi
-  have_keras3
+  [ -z "$(r_user_packages_missing)" ] || { log "still missing: $(r_user_packages_missing)"; exit 1; }
 fi
 
 # --- Python virtualenv -----------------------------------------------------------------------
@@ -164,6 +176,21 @@ if [ "${TESTS:-0}" = "1" ] && [ "$(cat "$STAMP_DIR/wheelhouse.hash" 2>/dev/null)
     >"$STAMP_DIR/wheelhouse.log" 2>&1 || { tail -40 "$STAMP_DIR/wheelhouse.log"; exit 1; }
   rm -f "$WHEELHOUSE"/tfdistributed-*   # the tests build their own from the checkout
   echo "$wh_hash" > "$STAMP_DIR/wheelhouse.hash"
+fi
+
+# --- the peers' tests' own dependencies (only with TESTS=1, i.e. `make test`) ------------------
+# Keras's own tests (tests/peers/test_keras_peers.py) import jax and torch; they go into a
+# directory that only those test runs put on their path (constraints/peer-tests.txt says why
+# not into .venv).
+PEER_DEPS="$STAMP_DIR/peer-tests"
+PEER_REQS="$ROOT/constraints/peer-tests.txt"
+peers_hash="$(sha256sum "$PEER_REQS" | cut -d' ' -f1)"
+if [ "${TESTS:-0}" = "1" ] && [ "$(cat "$STAMP_DIR/peer-tests.hash" 2>/dev/null)" != "$peers_hash" ]; then
+  log "installing what Keras's own tests import (jax, torch) into $PEER_DEPS"
+  rm -rf "$PEER_DEPS"
+  "$VENV/bin/python" -m pip install -q --no-deps --no-compile --target "$PEER_DEPS" -r "$PEER_REQS" \
+    >"$STAMP_DIR/peer-tests.log" 2>&1 || { tail -40 "$STAMP_DIR/peer-tests.log"; exit 1; }
+  echo "$peers_hash" > "$STAMP_DIR/peer-tests.hash"
 fi
 
 # --- the R package --------------------------------------------------------------------------
