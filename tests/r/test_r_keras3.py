@@ -181,3 +181,26 @@ def test_keras3_section_of_the_conformance_table_is_current(one_machine, cluster
     columns = one_machine | clusters
     assert conformance.write_section(SECTION, render_section(columns, python_one_device)), \
         "CONFORMANCE.md was out of date and has been regenerated: commit it"
+
+
+@pytest.mark.slow
+def test_keras3s_distributed_training_guide_trains_under_mirrored_and_resumes(tmp_path):
+    # keras3's own guide "Multi-GPU distributed training with TensorFlow" as it is written
+    # (tests/r/scripts/keras3_guide.R says where this machine makes it differ): tfdatasets'
+    # tensor_slices_dataset() |> dataset_batch(), tf$distribute$MirroredStrategy(), fit() with
+    # validation data and evaluate() in the scope; then its fault-tolerance part, a
+    # callback_model_checkpoint() every epoch and load_model() of the latest checkpoint inside
+    # a new strategy's scope to resume.
+    proc = subprocess.run(["Rscript", str(ROOT / "tests" / "r" / "scripts" / "keras3_guide.R"),
+                           str(tmp_path)], cwd=ROOT, env=keras3_env(), text=True,
+                          capture_output=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = _read(tmp_path / "keras3_guide.json")
+    assert out["replicas"] == 2
+    accuracy = out["history"]["sparse_categorical_accuracy"]
+    assert accuracy[-1] > accuracy[0] + 0.2, out["history"]
+    assert out["evaluate"]["sparse_categorical_accuracy"] > 0.9, out["evaluate"]
+    assert out["checkpoints"] == "ckpt-1.keras"
+    # The second run_training() starts from the first one's checkpoint, not from scratch: its
+    # one epoch ends where a second epoch of training ends (the first run's epoch: loss 1.9).
+    assert out["second"]["loss"] < 0.7 * out["first"]["loss"], (out["first"], out["second"])

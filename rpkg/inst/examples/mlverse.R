@@ -1,21 +1,27 @@
 # The mlverse/distributed README's multi-worker R program, as an R user writes it, on one machine
 # of a job by hand, with keras3 for keras: Python started first (tf$version), TF_CONFIG written
 # by hand with jsonlite, TensorFlow's own (experimental) MultiWorkerMirroredStrategy made by
-# hand, the TFDS data set (one file per split) mapped with an R function, cached, shuffled and
-# batched at 64 x workers, keras_model_sequential() %>% layer_conv_2d(...) built and compiled
-# inside the scope, and keras3's fit(). The one line added for tfdistributed is
-# library(tfdistributed). Where the README differs, this machine is why: tfdatasets and tfds are
-# not installed (tensorflow_datasets is imported through reticulate), the TFDS digits stand in
-# for MNIST (8 x 8 images), and 8 epochs in place of 3 (the digits are a small data set).
+# hand, the data set loaded with tfds_load(), its records mapped with an R function, cached,
+# shuffled and batched at 64 x workers with tfdatasets, keras_model_sequential() %>%
+# layer_conv_2d(...) built and compiled inside the scope, and keras3's fit(). The one line added
+# for tfdistributed is library(tfdistributed). Where the README differs, this machine is why:
+# the TFDS digits stand in for MNIST (8 x 8 images; nothing can be downloaded here, so
+# tfds_load() is given the data_dir they were written to), and 8 epochs in place of 3 (the
+# digits are a small data set).
 # Usage: Rscript mlverse.R INDEX HOST:PORT,HOST:PORT,... TFDS_DIR OUT_DIR
 # (installed with the package: system.file("examples", "mlverse.R", package = "tfdistributed"))
 library(tensorflow)
 library(keras3)
+library(tfdatasets)
+library(tfds)
 library(tfdistributed)
 args <- commandArgs(trailingOnly = TRUE)
 index <- as.integer(args[[1]])
 workers <- strsplit(args[[2]], ",")[[1]]
-num_workers <- length(workers)
+
+BUFFER_SIZE <- 2000L
+NUM_WORKERS <- length(workers)
+BATCH_SIZE <- 64L * NUM_WORKERS
 
 cat("TensorFlow", tf$version$VERSION, "\n")
 Sys.setenv(TF_CONFIG = jsonlite::toJSON(list(
@@ -24,12 +30,16 @@ Sys.setenv(TF_CONFIG = jsonlite::toJSON(list(
 ), auto_unbox = TRUE))
 strategy <- tf$distribute$experimental$MultiWorkerMirroredStrategy()
 
-tfds <- reticulate::import("tensorflow_datasets")
-train <- tfds$load("sklearn_digits", split = "train", data_dir = args[[3]], as_supervised = TRUE)
-train <- train$map(function(image, label) {
-  list(tf$cast(image, tf$float32) / 255, label)
-})
-train <- train$cache()$shuffle(2000)$batch(64 * num_workers)
+digits <- tfds_load("sklearn_digits", data_dir = args[[3]])
+train_dataset <- digits$train %>%
+  dataset_map(function(record) {
+    record$image <- tf$cast(record$image, tf$float32) / 255
+    record
+  }) %>%
+  dataset_cache() %>%
+  dataset_shuffle(BUFFER_SIZE) %>%
+  dataset_batch(BATCH_SIZE) %>%
+  dataset_map(unname)
 
 with (strategy$scope(), {
   model <- keras_model_sequential() %>%
@@ -50,7 +60,7 @@ with (strategy$scope(), {
     metrics = 'accuracy')
 })
 
-history <- model %>% fit(train, epochs = 8, verbose = 2)
+history <- model %>% fit(train_dataset, epochs = 8, verbose = 2)
 
 np <- reticulate::import("numpy")
 weights <- get_weights(model)
