@@ -60,7 +60,8 @@ def test_every_keras3_test_that_passes_without_tfdistributed_passes_with_it(tmp_
           f"{sum(o == 'passed' for o in with_us.values())} passed, {len(failed)} failed "
           f"(without it, {sum(o == 'passed' for t, o in plain.items() if t in failed)} of "
           f"those pass), {sum(o == 'skipped' for o in with_us.values())} skipped")
-    broken = peers.broken_by_us(with_us, plain)
+    broken = [t for t in peers.broken_by_us(with_us, plain)
+              if f"keras3: {t.rsplit(' #', 1)[0]}" not in peers.CHANGED_ON_PURPOSE]
     assert not broken, f"pass without tfdistributed, fail with it: {broken}"
 
 
