@@ -60,13 +60,18 @@ def _wait_all(procs, timeout):
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
 def test_mlverse_program_with_its_own_tf_config_on_two_rscript_workers(tmp_path):
+    # Written as users write it: TF_CONFIG by Sys.setenv() after Python started (issue 30: "late",
+    # which TensorFlow alone never sees), TensorFlow's own strategy, R values in model$fit().
     ports = ",".join(str(portpicker.pick_unused_port()) for _ in range(2))
-    procs = [_rscript(SCRIPTS / "mlverse_mwms.R", i, ports, tmp_path) for i in (0, 1)]
+    procs = [_rscript(SCRIPTS / "mlverse_mwms.R", i, ports, tmp_path, "late") for i in (0, 1)]
     results = _wait_all(procs, timeout=420)
     for i, (code, output) in enumerate(results):
         assert code == 0, f"worker {i}:\n{output[-4000:]}"
         assert "Unrecognized data type" not in output and "Expected int32" not in output
+        assert "started before TF_CONFIG is set" in output
+        assert "[tfdistributed]" not in output  # a normal join: no waiting notice
     first, second = (np.load(tmp_path / f"worker-{i}.npz") for i in (0, 1))
+    assert int(first["replicas"]) == 2 and int(second["replicas"]) == 2
     assert first.files == second.files
     for name in first.files:
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
