@@ -1,9 +1,11 @@
-# The R version of the seed tutorial: the digits model, built inside each strategy's scope,
-# reaches >= 0.9 test accuracy.
-test_that("the digits tutorial trains to >= 0.9 accuracy under every local strategy", {
+# The R version of the seed tutorial: the digits model, built inside a strategy's scope, reaches
+# >= 0.9 test accuracy with fit_distributed(), on 2 replicas and under the multi-worker strategy
+# (alone here). Every other strategy trains the same numbers as the default strategy from R
+# (tests/r/test_r_values.py) and from Python (the conformance matrix): not trained again here.
+test_that("the digits tutorial trains to >= 0.9 accuracy with fit_distributed()", {
   skip_if_no_backend()
   digits <- digits_data()
-  for (kind in c("mirrored", "central_storage", "one_device", "default", "multi_worker_mirrored")) {
+  for (kind in c("mirrored", "multi_worker_mirrored")) {
     strategy <- test_strategy(kind)
     with(strategy$scope(), model <- digits_model())
     history <- fit_distributed(model, digits$train$x, digits$train$y, epochs = 8,
