@@ -63,5 +63,22 @@ unnamed |> compile(optimizer = "sgd", loss = "mse", loss_weights = 0.5)
 unnamed |> fit(list(x[, 1:2], x[, 2:4]), x[, 1], epochs = 1, batch_size = 16, verbose = 0)
 unnamed |> predict(list(x[, 1:2], x[, 2:4]), verbose = 0)
 
+# tfdatasets calls the methods of tf.data datasets (dataset$batch(), $shuffle()...), which the
+# R package takes over too: the pipeline yields the same batches.
+library(tfdatasets)
+batches <- list(x, y) |>
+  tensor_slices_dataset() |>
+  dataset_shuffle(64, seed = 3) |>
+  dataset_map(function(x, y) list(x * 2, y)) |>
+  dataset_batch(10, drop_remainder = TRUE) |>
+  dataset_repeat(2) |>
+  dataset_take(9) |>
+  dataset_prefetch(2)
+model |> fit(batches, epochs = 1, verbose = 0)
+reticulate::py_run_string("seen.append(['pipeline'])")
+for (batch in reticulate::iterate(batches)) {
+  recorder$seen$append(recorder$describe(lapply(batch, function(t) t$numpy())))
+}
+
 writeLines(reticulate::py_to_r(reticulate::import("json")$dumps(recorder$seen, indent = 1L)),
            args[[1]])
