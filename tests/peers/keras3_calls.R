@@ -75,9 +75,8 @@ batches <- list(x, y) |>
   dataset_take(9) |>
   dataset_prefetch(2)
 model |> fit(batches, epochs = 1, verbose = 0)
-reticulate::py_run_string("seen.append(['pipeline'])")
 for (batch in reticulate::iterate(batches)) {
-  recorder$seen$append(recorder$describe(lapply(batch, function(t) t$numpy())))
+  recorder$seen$append(list("batch", recorder$describe(lapply(batch, function(t) t$numpy()))))
 }
 
 writeLines(reticulate::py_to_r(reticulate::import("json")$dumps(recorder$seen, indent = 1L)),

@@ -80,5 +80,6 @@ def test_keras3_calls_reach_keras_as_they_do_without_tfdistributed(tmp_path):
                                                if k in ("R_LIBS", "RETICULATE_PYTHON")}))
         assert out.exists(), done.stdout[-4000:]
         seen[loaded] = json.loads(out.read_text())
-    assert [call[0] for call in seen["without"]].count("fit") == 5, seen["without"]
+    assert [call[0] for call in seen["without"]].count("fit") == 6, seen["without"]
+    assert [call[0] for call in seen["without"]].count("batch") == 9, seen["without"]
     assert seen["with"] == seen["without"]
