@@ -19,7 +19,10 @@ task whose TF_CONFIG names several is refused too
 (:func:`tfdistributed.cluster.live.check_not_alone`). And Keras' own shuffle of arrays
 (``shuffle=True``, its default) takes one order on every worker of a multi-worker job
 (:func:`tfdistributed.training.seeds.keras_shuffles_alike`): unseeded, each worker drew its own
-and an "epoch" trained some examples twice and others never.
+and an "epoch" trained some examples twice and others never. At the normal end of a
+multi-worker ``model.fit`` (keras3's R ``fit()`` is one), every worker waits for the others
+before it goes on (:func:`tfdistributed.cluster.leave.leave_together`), as at the end of
+tfdistributed's ``fit()``: none leaves while a slower peer still reads from it.
 
 This is routing to :mod:`tfdistributed.training`, not a repair of Keras' own code, but it is
 installed, reported and switched off like one: training builds its record with
@@ -41,6 +44,7 @@ from .repairs.common import source
 from ..data.sharding import shard_for_workers
 from ..strategies.make import input_workers
 from ..watch.recorder import examples_per_step, recorder_for, telling_failure
+from ..cluster.leave import end_of_training, leave_together
 from ..cluster.live import check_not_alone
 
 
@@ -80,7 +84,10 @@ def route(trainer, routes: dict) -> None:
                                           examples_per_step(given.get("x"),
                                                             given.get("batch_size")))
         with telling_failure(), _shuffled_alike(self, given):
-            return originals["fit"](*bound.args, **bound.kwargs)
+            history = originals["fit"](*bound.args, **bound.kwargs)
+        if _collective_workers(self):  # no worker leaves while a peer still reads from it
+            leave_together("Keras' model.fit()", end_of_training(self))
+        return history
 
     def evaluate(self, *args, **kwargs):
         check_keras_call(originals["evaluate"], self, args, kwargs)
@@ -174,6 +181,15 @@ def _strategy(model):
     """The strategy Keras trains ``model`` under: the one its weights were made in (see
     :mod:`~tfdistributed.training.repairs.model_strategy_from_weights`), else the current."""
     return model.distribute_strategy
+
+
+def _collective_workers(model) -> bool:
+    """Whether ``model`` trains in lock step with other workers (multi-worker collectives)."""
+    import tensorflow as tf
+
+    strategy = _strategy(model)
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and input_workers(strategy) > 1)
 
 
 def _is_parameter_server(model) -> bool:

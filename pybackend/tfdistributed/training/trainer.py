@@ -24,7 +24,7 @@ from ..errors import ArgumentTypeError, TrainingError
 from ..strategies.make import input_workers, strategy_kind
 from ..watch.recorder import examples_per_step, recorder_for, telling_failure
 from ..cluster.live import check_not_alone
-from ..cluster.leave import leave_together
+from ..cluster.leave import end_of_training, leave_together
 
 
 def model_strategy(model):
@@ -219,7 +219,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
     if plan.kind == "multi_worker_mirrored":  # no worker leaves while a peer still reads from it
-        leave_together("fit")
+        leave_together("fit()", end_of_training(model))
     return history
 
 
