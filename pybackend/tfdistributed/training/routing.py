@@ -16,7 +16,9 @@ the ``"auto"`` policy, fewer files than workers means sharding by data (announce
 of TensorFlow's error at the first step, and an explicit policy that cannot work is our
 :class:`~tfdistributed.errors.ShardingError`. A multi-worker strategy built for 1 worker in a
 task whose TF_CONFIG names several is refused too
-(:func:`tfdistributed.cluster.live.check_not_alone`). And Keras' own shuffle of arrays
+(:func:`tfdistributed.cluster.live.check_not_alone`), and so is a Keras option that cannot be
+honoured under the model's strategy (:func:`tfdistributed.training.options.check_options`,
+e.g. ``jit_compile=True`` under ``mirrored``). And Keras' own shuffle of arrays
 (``shuffle=True``, its default) takes one order on every worker of a multi-worker job
 (:func:`tfdistributed.training.seeds.keras_shuffles_alike`): unseeded, each worker drew its own
 and an "epoch" trained some examples twice and others never. At the normal end of a
@@ -37,6 +39,7 @@ from typing import Callable
 
 from .._args import check_keras_call
 from .checkpoints import safe_callbacks
+from .options import check_options
 from .seeds import keras_shuffles_alike
 from ..data.plan import check_dataset
 from .repairs.common import Repair
@@ -73,6 +76,7 @@ def route(trainer, routes: dict) -> None:
         check_keras_call(originals["fit"], self, args, kwargs)
         _refuse_r_generator(originals["fit"], self, args, kwargs, "model.fit")
         check_not_alone(_strategy(self), "model.fit")
+        check_options(self, _strategy(self), "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
         bound = _bound(originals["fit"], self, args, kwargs)
@@ -92,6 +96,8 @@ def route(trainer, routes: dict) -> None:
     def evaluate(self, *args, **kwargs):
         check_keras_call(originals["evaluate"], self, args, kwargs)
         _refuse_r_generator(originals["evaluate"], self, args, kwargs, "model.evaluate")
+        if not kwargs.get("_use_cached_eval_dataset"):  # fit's own validation: checked by fit
+            check_options(self, _strategy(self), "model.evaluate")
         if _is_parameter_server(self):
             return routes["evaluate"](self, *args, **kwargs)
         bound = _bound(originals["evaluate"], self, args, kwargs)
@@ -103,6 +109,7 @@ def route(trainer, routes: dict) -> None:
 
     def predict(self, *args, **kwargs):
         check_keras_call(originals["predict"], self, args, kwargs)
+        check_options(self, _strategy(self), "model.predict")
         if _is_parameter_server(self):
             return routes["predict"](self, *args, **kwargs)
         bound = _bound(originals["predict"], self, args, kwargs)

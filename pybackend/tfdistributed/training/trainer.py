@@ -17,6 +17,7 @@ import dataclasses
 import os
 
 from . import checkpoints, compat, ps, routing, seeds
+from .options import check_options
 from .._args import as_int, as_verbose
 from ..cluster.environment import is_chief
 from ..data.plan import plan_input
@@ -174,6 +175,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     compat.apply()
     strategy, placement = _check_model(model, strategy, "fit")
     check_not_alone(strategy, "fit")
+    check_options(model, strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
     save_freq = _check_save_freq(save_freq, backup_dir)
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
@@ -285,7 +287,7 @@ def _steps_per_execution(model) -> int:
 
 def _check_steps_per_execution(model, plan, *, train=True, validation=False) -> None:
     # On several workers a block of steps ends early only where the data ends (compat's
-    # multi_worker_steps_per_execution), and Keras has no result when that is inside the first
+    # collective_steps_per_execution), and Keras has no result when that is inside the first
     # block of a pass over the data. Said before any work starts, where the length is known.
     block = _steps_per_execution(model)
     if plan.kind != "multi_worker_mirrored" or block == 1:
@@ -332,6 +334,7 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "evaluate")
+    check_options(model, strategy, "evaluate")
     steps = as_int(steps, "steps", minimum=1, allow_none=True)
     plan = plan_input("evaluate", x, y, **placement, batch_size=batch_size,
                       sample_weight=sample_weight, shard_policy=shard_policy,
@@ -374,6 +377,7 @@ def predict(model, x, *, strategy=None, batch_size=None, verbose=0):
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "predict")
+    check_options(model, strategy, "predict")
     plan = plan_input("predict", x, **placement, batch_size=batch_size)
     if plan.kind == "parameter_server":
         return ps.predict_planned(model, plan)
