@@ -13,7 +13,9 @@ whose trainer is ours, silently ignore the option):
   Keras 3 takes a number of steps and fails on anything else, under every strategy.
 - ``jit_compile=True`` under ``mirrored`` with several devices (Keras compiles the step of
   every replica as one XLA program, on one device, while each replica's variables live on its
-  own: keras-team/keras#19005), under ``multi_worker_mirrored`` on CPUs (TensorFlow's XLA has
+  own: keras-team/keras#19005), under ``central_storage`` with several devices (each replica's
+  compiled ``evaluate``/``predict`` step reads the weights on the parameter device), under
+  ``multi_worker_mirrored`` on CPUs (TensorFlow's XLA has
   no collective operations on CPUs: "Collectives are not yet implemented for CPU devices when
   compiling with XLA") or with several devices per worker, and under ``parameter_server``
   (tfdistributed's coordinator runs each step as a ``tf.function`` on a worker, reading
@@ -78,10 +80,13 @@ def _jit_compile(model, strategy, kind, what):
     if getattr(model, "jit_compile", False) is not True:
         return None
     devices = [d.upper() for d in strategy.extended.worker_devices] \
-        if kind in ("mirrored", "multi_worker_mirrored") else []
+        if kind in ("mirrored", "central_storage", "multi_worker_mirrored") else []
     if kind == "mirrored" and len(devices) > 1:
         why = (f"Keras compiles the step of all {len(devices)} replicas as one XLA program for "
                f"one device, and each replica's weights live on its own device")
+    elif kind == "central_storage" and len(devices) > 1:
+        why = ("XLA compiles each replica's step (evaluate's, predict's) for the replica's "
+               "device, and the weights live on the parameter device")
     elif kind == "multi_worker_mirrored" and (len(devices) > 1
                                               or any("CPU" in d for d in devices)):
         why = ("TensorFlow's XLA cannot compile the all-reduce between workers on CPU devices, "

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import os
 
-from . import checkpoints, compat, ps, routing, seeds
+from . import checkpoints, compat, ps, replica_batch, routing, seeds
 from .options import check_options
 from .._args import as_int, as_verbose
 from ..cluster.environment import is_chief
@@ -98,7 +98,8 @@ def _verbose(verbose):
 def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, validation_data=None,
         validation_split=None, callbacks=None, shard_policy=None, steps_per_epoch=None,
         shuffle=True, seed=None, sample_weight=None, class_weight=None, verbose="auto",
-        check_shards=True, backup_dir=None, save_freq="epoch", **fit_kwargs):
+        check_shards=True, backup_dir=None, save_freq="epoch", max_replica_batch=None,
+        **fit_kwargs):
     """Train ``model`` under ``strategy`` (default: the strategy it was built under).
 
     Args:
@@ -148,6 +149,12 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             SIGTERM (a preemption notice) makes every worker stop at the next backup, once
             written, with exit status ``PREEMPTED_EXIT_CODE`` (75), for
             ``launch(restarts=Restarts(max_restarts=...))`` to restart.
+        max_replica_batch: at most this many examples per replica in a step (arrays): where
+            ``batch_size`` would give a replica more (an elastic job that shrank), each update
+            is made of the fewest steps of ``batch_size / N`` whose gradients, accumulated,
+            keep each replica within it; the update is that of one step of ``batch_size``
+            (:mod:`tfdistributed.training.replica_batch`). Default: each replica's batch is
+            ``batch_size`` / replicas, however large.
         **fit_kwargs: passed to ``model.fit`` (under ``parameter_server``: ``initial_epoch``,
             ``validation_freq``, ``validation_steps`` and ``checkpoint_dir``).
 
@@ -175,9 +182,15 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     compat.apply()
     strategy, placement = _check_model(model, strategy, "fit")
     check_not_alone(strategy, "fit")
+    accumulated = replica_batch.plan_accumulation(model, batch_size, placement["replicas"],
+                                                  max_replica_batch)
+    batch_size = batch_size if accumulated == 1 else as_int(batch_size, "batch_size") // accumulated
     check_options(model, strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
     save_freq = _check_save_freq(save_freq, backup_dir)
+    if max_replica_batch is not None:
+        _refuse_step_backups(save_freq, "max_replica_batch (a job that resumes at another size "
+                                        "takes its steps in other batches)")
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
     seed = as_int(seed, "seed", allow_none=True)
     plan = plan_input("fit", x, y, **placement, batch_size=batch_size,
@@ -196,6 +209,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     if backup_dir is not None:
         backup = checkpoints.BackupAndRestore(os.fspath(backup_dir), save_freq=save_freq)
         callbacks.insert(0, backup)
+        if max_replica_batch is not None:  # right after the backup is restored
+            callbacks.insert(1, replica_batch.resuming_callback(model, backup_dir))
     callbacks = recorder_for(model, checkpoints.safe_callbacks(callbacks),
                              examples_per_step(x, plan.batch_size))
     if plan.kind == "parameter_server":

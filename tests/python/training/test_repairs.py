@@ -57,6 +57,8 @@ FIXED = {
     "collective_steps_per_execution": lambda t: t.replace("tf.while_loop", "chained_steps"),
     "gradient_accumulation": lambda t: t.replace("ops.cond(", "cross_replica_cond("),
     "ema_overwrite": lambda t: t.replace("extended.update", "replica_local_update"),
+    "loss_scale_consensus": lambda t: t.replace("experimental_local_results(", "all_replicas("),
+    "loss_scale_counter": lambda t: t.replace("ops.cond(", "ops.where("),
     "strategy_aware_fit": lambda t: t + "\n# ClusterCoordinator",
 }
 
@@ -76,7 +78,7 @@ def test_every_repair_has_a_detection_test_and_the_names_are_those_of_before():
         "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
         "clip_after_all_reduce", "logs_with_gradients", "assign_without_read",
         "collective_steps_per_execution", "gradient_accumulation", "ema_overwrite",
-        "strategy_aware_fit")
+        "loss_scale_consensus", "loss_scale_counter", "strategy_aware_fit")
 
 
 @pytest.mark.parametrize("name", list(FIXED))

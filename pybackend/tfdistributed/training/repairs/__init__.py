@@ -22,7 +22,8 @@ from __future__ import annotations
 from . import (assign_without_read, atomic_assign_add, central_storage_metric_assign,
                central_storage_updates, clip_after_all_reduce, compile_under_model_strategy,
                collective_steps_per_execution, ema_overwrite, gradient_accumulation,
-               logs_with_gradients, model_strategy_from_weights, optimizer_follows_its_model,
+               logs_with_gradients, loss_scale_consensus, loss_scale_counter,
+               model_strategy_from_weights, optimizer_follows_its_model,
                reduce_per_replica, sharded_variable_updates, symbolic_build, uneven_batches)
 from .common import Repair, check_order
 
@@ -43,6 +44,8 @@ ALL: tuple[Repair, ...] = (
     collective_steps_per_execution.REPAIR,
     gradient_accumulation.REPAIR,
     ema_overwrite.REPAIR,
+    loss_scale_consensus.REPAIR,
+    loss_scale_counter.REPAIR,
 )
 
 check_order(ALL)
