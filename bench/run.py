@@ -194,6 +194,24 @@ def cnn_cluster(cfg, legacy, heavy=False, steps_per_execution=1):
             "global_batch": found[0]["global_batch"], "params": found[0]["params"]}
 
 
+def shrunk_arm(accumulate: bool):
+    """A 2-worker job that keeps the global batch of a 4-worker job of 64 per replica (256):
+    each replica takes 128 examples a step (growing: what an elastic job does when it shrinks),
+    or 2 accumulated steps of 64 (fit(max_replica_batch=64))."""
+    def arm(cfg):
+        args = cnn_args(cfg) + ["--batch", "128"] + (
+            ["--max-replica-batch", "64"] if accumulate else [])
+        found, _ = run_cluster(args, timeout=cfg.timeout, workers=2, pin_cpus=True)
+        if len(found) != 2:
+            raise RunFailed(f"{len(found)} of 2 workers reported")
+        if found[0]["accumulated"] != (2 if accumulate else 1):
+            raise RunFailed(f"accumulated {found[0]['accumulated']} steps per update")
+        return {"examples_per_second": min(r["examples_per_second"] for r in found),
+                "peak_rss_mib": max(r["peak_rss_mib"] for r in found)}
+
+    return arm
+
+
 def arm_k3_two_workers(cfg):
     return cnn_cluster(cfg, legacy=False)
 
@@ -334,6 +352,17 @@ def row(benchmark, a: Arm, b: Arm, metric, unit, *, ratio_name, target=None, mee
     return entry
 
 
+def scaling_arm(key: str, label: str, two: Arm, one: Arm) -> Arm:
+    """A derived arm: each round's 2-worker / 1-process examples/s ratio (None where a run of
+    the round failed), so that two ways of scaling measured in the same rounds compare round by
+    round."""
+    arm = Arm(key, label, None)
+    arm.runs = [{"scaling": a / b} if a and b else "a run of the round failed"
+                for a, b in zip(two.values("examples_per_second"),
+                                one.values("examples_per_second"))]
+    return arm
+
+
 def every_round(entry):
     """A row whose target also asks every round's ratio to be >= 1.0."""
     if entry["ratio"] is not None and entry["status"].startswith("meets") \
@@ -402,9 +431,17 @@ def analyse(arms: dict) -> list[dict]:
     rows.append(row("8a. Scaling in blocks of 4 steps: 2 workers vs 1", bk3, bone,
                     "examples_per_second", "examples/s", ratio_name="2 workers / 1 process",
                     note="the small CNN of 4a compiled with steps_per_execution=4 on both sides "
-                         "(the logs are all-reduced once a block); " + scaling_note(
-                             bone, bk3, params, how="one all-reduce of {kib} of gradients per "
-                                                   "step and one of the logs per 4 steps")))
+                         "(the logs are all-reduced once a block), in the same rounds as 4a; "
+                         + scaling_note(bone, bk3, params,
+                                        how="one all-reduce of {kib} of gradients per step and "
+                                            "one of the logs per 4 steps")))
+    with_blocks = scaling_arm("scaling_blocks", "2 workers / 1 process, blocks of 4", bk3, bone)
+    without = scaling_arm("scaling_steps", "2 workers / 1 process, step by step", k3, one)
+    rows.append(row("8c. What blocks of 4 steps buy a 2-worker job", with_blocks, without,
+                    "scaling", "x", ratio_name="scaling in blocks / step by step",
+                    note="each round's 2-worker / 1-process ratio of 8a over that of 4a: the "
+                         "four runs of a round alternate with each other (and with tf_keras's "
+                         "of 2), so the machine's drift hits both ratios alike"))
     hbk3, hbone = arms["heavy_blocks_k3_2w"], arms["heavy_blocks_1p"]
     rows.append(row("8b. Scaling in blocks of 4 steps, compute-heavier CNN: 2 workers vs 1", hbk3,
                     hbone, "examples_per_second", "examples/s", ratio_name="2 workers / 1 process",
@@ -412,6 +449,17 @@ def analyse(arms: dict) -> list[dict]:
                          "both sides; " + scaling_note(
                              hbone, hbk3, hparams, how="one all-reduce of {kib} of gradients per "
                                                      "step and one of the logs per 4 steps")))
+    acc, grow = arms["shrunk_accumulate"], arms["shrunk_grow"]
+    rows.append(row("13a. A shrunk job keeping its global batch: accumulate vs grow", acc, grow,
+                    "examples_per_second", "examples/s", ratio_name="accumulate / grow",
+                    note="the small CNN on 2 workers (pinned as in 4a) with the global batch of a "
+                         "4-worker job of 64 per replica (256): fit(max_replica_batch=64), 2 "
+                         "accumulated steps of 64 per replica per update, against 128 per "
+                         "replica in one step (what a shrunk elastic job does by default); the "
+                         "same updates, one gradient all-reduce per update either way"))
+    rows.append(row("13b. The same: peak memory of a worker", acc, grow, "peak_rss_mib",
+                    "MiB (peak RSS)", ratio_name="accumulate / grow",
+                    note="the larger of the two workers' peak resident memory"))
     m2, m1 = arms["mirrored_2"], arms["mirrored_1"]
     rows.append(row("4b. Scaling: mirrored, 2 logical CPUs vs 1", m2, m1, "examples_per_second",
                     "examples/s", ratio_name="2 devices / 1 device", target="ideal 2.0",
@@ -534,7 +582,7 @@ one core and one TensorFlow thread per worker; the single process of 4a/5 is pin
 mirrored process of 4b gets both cores, one thread per op and two inter-op threads. The
 parameter-server jobs (3) are pinned too (task i on core i % 2: 4 processes on 2 cores), with
 one intra-op thread each and 4 inter-op threads (pin_tasks() sets that: with the one a pinned
-process gets by default, PS servers cannot serve concurrent RPCs and the job hangs). 2, 4a and 5 come from the same runs. Start-up is the wall clock from just before `launch()` (or `Popen`) to the first
+process gets by default, PS servers cannot serve concurrent RPCs and the job hangs). 2, 4a, 5 and 8a come from the same rounds (8c compares 8a's and 4a's ratios round by round). Start-up is the wall clock from just before `launch()` (or `Popen`) to the first
 `on_train_batch_begin` (of the later worker)."""
 
 
@@ -638,24 +686,28 @@ def main(argv=None):
 
     groups = [
         ("1. R overhead", [Arm("r", "R", arm_r), Arm("py_digits", "Python", arm_python_digits)]),
-        ("2/4a/5. CNN: Keras 3 and tf_keras, 2 workers and 1 process",
+        # 8a's arms in the rounds of 4a's: the scaling with and without blocks side by side (8c).
+        ("2/4a/5/8a. CNN: Keras 3 and tf_keras, 2 workers and 1 process, step by step and in "
+         "blocks of 4 steps",
          [Arm("k3_2w", "Keras 3, 2 workers", arm_k3_two_workers),
           Arm("legacy_2w", "tf_keras, 2 workers", arm_legacy_two_workers),
-          Arm("k3_1p", "1 process", arm_k3_one_process)]),
+          Arm("k3_1p", "1 process", arm_k3_one_process),
+          Arm("blocks_k3_2w", "Keras 3, 2 workers, blocks of 4",
+              lambda cfg: cnn_cluster(cfg, False, steps_per_execution=4)),
+          Arm("blocks_1p", "1 process, blocks of 4",
+              lambda cfg: arm_k3_one_process(cfg, steps_per_execution=4))]),
         ("7. Compute-heavier CNN: Keras 3 and tf_keras, 2 workers and 1 process",
          [Arm("heavy_k3_2w", "Keras 3, 2 workers", lambda cfg: cnn_cluster(cfg, False, True)),
           Arm("heavy_legacy_2w", "tf_keras, 2 workers", lambda cfg: cnn_cluster(cfg, True, True)),
           Arm("heavy_1p", "1 process", lambda cfg: arm_k3_one_process(cfg, heavy=True))]),
-        ("8a. CNN in blocks of 4 steps: Keras 3, 2 workers and 1 process",
-         [Arm("blocks_k3_2w", "Keras 3, 2 workers, blocks of 4",
-              lambda cfg: cnn_cluster(cfg, False, steps_per_execution=4)),
-          Arm("blocks_1p", "1 process, blocks of 4",
-              lambda cfg: arm_k3_one_process(cfg, steps_per_execution=4))]),
         ("8b. Compute-heavier CNN in blocks of 4 steps: Keras 3, 2 workers and 1 process",
          [Arm("heavy_blocks_k3_2w", "Keras 3, 2 workers, blocks of 4",
               lambda cfg: cnn_cluster(cfg, False, True, steps_per_execution=4)),
           Arm("heavy_blocks_1p", "1 process, blocks of 4",
               lambda cfg: arm_k3_one_process(cfg, heavy=True, steps_per_execution=4))]),
+        ("13. A shrunk job keeping its global batch",
+         [Arm("shrunk_accumulate", "2 workers, 2 x 64 accumulated", shrunk_arm(True)),
+          Arm("shrunk_grow", "2 workers, 128 per replica", shrunk_arm(False))]),
         ("3. Parameter server", [Arm("ps_ours", "tfdistributed PS", ps_arm(legacy=False)),
                                  Arm("ps_legacy", "tf_keras PS", ps_arm(legacy=True))]),
         ("4b. Mirrored on logical CPUs", [Arm("mirrored_2", "2 logical CPUs", mirrored_arm(2)),

@@ -8,7 +8,8 @@ Kinds:
   digits      the R-overhead model (digits MLP) trained with tfd.fit, fit call timed
   cnn         small CNN on synthetic 28x28x1 images; Keras 3 via tfd.fit under
               make_strategy("auto") (multi_worker_mirrored under launch, default alone), or
-              tf_keras + MultiWorkerMirroredStrategy with --legacy
+              tf_keras + MultiWorkerMirroredStrategy with --legacy; --max-replica-batch M
+              passes fit(max_replica_batch=M) (the global batch in accumulated steps)
   mirrored    the CNN under make_strategy("mirrored", num_cpu_devices=N) in one process
   ps          digits MLP, parameter-server chief: tfd.fit, or tf_keras fit + DatasetCreator
               with --legacy
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 
 RESULT_TAG = "BENCH_RESULT"
@@ -267,14 +269,22 @@ def run_cnn(ns):
         model.fit(dataset, epochs=ns.epochs, callbacks=callbacks, verbose=0)
     else:
         tfd.fit(model, x, y, epochs=ns.epochs, batch_size=global_batch, seed=0,
-                callbacks=callbacks, verbose=0)
+                callbacks=callbacks, verbose=0, max_replica_batch=ns.max_replica_batch)
+    # With max_replica_batch each update is `accumulated` steps of global_batch / accumulated.
+    accumulated = 1 if ns.max_replica_batch is None else \
+        tfd.training.replica_batch.accumulation_steps(global_batch, replicas,
+                                                      ns.max_replica_batch)
+    step_batch = global_batch // accumulated
     # With blocks of steps Keras reports one batch per block: count the steps from the data.
-    steps, seconds = timer.steady(steps_per_epoch=-(-ns.examples_per_replica // ns.batch)
+    steps, seconds = timer.steady(steps_per_epoch=-(-ns.examples_per_replica * replicas
+                                                    // step_batch)
                                   if ns.steps_per_execution > 1 else None)
     summary = step_summary(timer, ns.steps_per_execution)
-    emit(examples_per_second=steps * global_batch / seconds, steps=steps, seconds=seconds,
+    emit(examples_per_second=steps * step_batch / seconds, steps=steps, seconds=seconds,
          global_batch=global_batch, replicas=replicas, first_step=timer.first_step,
-         params=model.count_params(), **(profiling.report(**summary) if profiling else summary))
+         params=model.count_params(), accumulated=accumulated,
+         peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+         **(profiling.report(**summary) if profiling else summary))
 
 
 def run_mirrored(ns):
@@ -347,6 +357,8 @@ def main(argv=None):
     p.add_argument("--examples-per-replica", type=int, required=True)
     p.add_argument("--model", choices=sorted(MODELS), default="cnn")
     p.add_argument("--steps-per-execution", type=int, default=1)
+    p.add_argument("--max-replica-batch", type=int, default=None,
+                   help="fit(max_replica_batch=): accumulate instead of a larger replica batch")
     p.add_argument("--profile", metavar="DIR", help="trace 20 steps of epoch 2 into DIR/<task>")
     p.set_defaults(run=run_cnn)
     p = sub.add_parser("mirrored")

@@ -44,7 +44,7 @@ GROUPS = {
     "preemption": [SELF_HEALING, "-k", "preempt"],
     "elastic": [f"{ENGINES}/test_elastic.py", f"{ENGINES}/test_elastic_slurm.py", "-m",
                 "cluster"],
-    "leave": [f"{ENGINES}/test_leave_together.py"],
+    "leave": [f"{ENGINES}/test_leave_together.py", "tests/r/test_r_leave_together.py"],
 }
 #: The ports this run's jobs get (below the suite's 15000-24999 and the kernel's ephemeral range).
 PORTS = "10000-14999"

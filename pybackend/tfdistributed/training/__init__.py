@@ -8,6 +8,10 @@ module              what it holds
                     strategies) and sent through the shard pre-flight (multi-worker jobs)
 ``seeds``           one shuffle order on every worker (``fit``'s seed, Keras' own ``fit`` on
                     arrays), checked across the workers
+``options``         Keras' compile and optimizer options that a strategy cannot honour, refused
+                    by name before training
+``replica_batch``   ``fit(max_replica_batch=)``: a global batch kept on fewer replicas by
+                    accumulating gradients instead of growing each replica's batch
 ``compat``          applies, reports and switches off the Keras repairs
 ``repairs/``        one module per Keras 3 x ``tf.distribute`` defect repaired at its root
 ``ps``              parameter-server training on ``ClusterCoordinator``

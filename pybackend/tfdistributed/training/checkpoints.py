@@ -277,9 +277,14 @@ def _write_backup(callback) -> None:
     aside = os.path.join(callback.backup_dir, "saving.weights.h5")
     callback.model.save_weights(aside, overwrite=True)
     os.replace(aside, callback._weights_path)
+    optimizer = getattr(callback.model, "optimizer", None)
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scaling one's
     with open(callback._training_metadata_path + ".saving", "w") as f:
+        # How many steps made one update (fit(max_replica_batch=) may resume with another).
         json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
-                   "steps_done": callback._steps_done}, f)
+                   "steps_done": callback._steps_done,
+                   "accumulation": getattr(optimizer, "gradient_accumulation_steps", None) or 1},
+                  f)
     os.replace(callback._training_metadata_path + ".saving", callback._training_metadata_path)
     # Counted from the epoch's start; an epoch-end backup is the next epoch's step 0.
     recorder.note("backup", callback._current_epoch, callback._steps_done,
@@ -451,6 +456,17 @@ def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
     if step >= steps_per_epoch:
         return epoch + 1, 0
     return epoch, step
+
+
+def backup_accumulation(backup_dir) -> int | None:
+    """How many steps made one optimizer update when the backup in ``backup_dir`` was written
+    (None: no backup, or one written before this was recorded)."""
+    path = os.path.join(os.fspath(backup_dir), "training_metadata.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        value = json.load(f).get("accumulation")
+    return None if value is None else int(value)
 
 
 def _paths(callback) -> dict:

@@ -21,7 +21,10 @@ How the pieces map onto Keras:
   repeated; an epoch is ``steps_per_epoch`` steps).
 - **Steps.** One step is ``model.train_step`` (so custom ``train_step``/``compute_loss``
   overrides keep working) run by ``strategy.run`` inside a ``tf.function`` scheduled with
-  ``coordinator.schedule``; ``join()`` ends an epoch. Keras scales each replica's loss by the
+  ``coordinator.schedule``, in blocks of the model's ``steps_per_execution`` steps (one
+  closure, so one round trip between a worker and the coordinator, per block); ``join()``
+  ends an epoch. An optimizer with ``use_ema`` ends training with its averages as the
+  weights, as in Keras' ``fit``. Keras scales each replica's loss by the
   replicas in sync, i.e. ``tf.nn.compute_average_loss`` over the global batch.
 - **Metrics.** The model's own metric objects (the compiled loss tracker and metrics) are built
   under the strategy scope, so their variables live on the ps tasks and every worker's step
@@ -51,6 +54,7 @@ from .._args import as_int, as_str
 from ..cluster.environment import read_tf_config
 from ..data.plan import plan_input
 from ..errors import ArgumentTypeError, ShardingError
+from .options import check_options
 
 PARTITIONERS = ("min_size", "max_size", "fixed")
 _FIT_EXTRAS = ("checkpoint_dir", "initial_epoch", "validation_freq", "validation_steps")
@@ -380,6 +384,7 @@ def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_ep
     import tensorflow as tf
 
     _check_extras(fit_kwargs)
+    check_options(model, strategy, "fit")
     initial_epoch = as_int(fit_kwargs.get("initial_epoch", 0), "initial_epoch", minimum=0)
     validation_freq = fit_kwargs.get("validation_freq", 1)
     validation_steps = as_int(fit_kwargs.get("validation_steps"), "validation_steps", minimum=1,
@@ -401,12 +406,8 @@ def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_ep
             initial_epoch = max(initial_epoch, int(manager.latest_checkpoint.rsplit("-", 1)[1]))
 
     iterator = _per_worker_iterator(strategy, dataset_fn, plan.workers)
-
-    step_fn = _step_fn(model)
-
-    @tf.function
-    def train_step(iterator):
-        strategy.run(step_fn, args=(next(iterator),))
+    run_block = _blocks_of_steps(strategy, _step_fn(model))
+    blocks = _block_sizes(steps, model)
 
     if verbose == "auto":
         verbose = 2  # one line per epoch: async steps have no meaningful per-batch progress
@@ -423,8 +424,8 @@ def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_ep
     for epoch in range(initial_epoch, epochs):
         model.reset_metrics()
         callbacks.on_epoch_begin(epoch)
-        for _ in range(steps):
-            coordinator.schedule(train_step, args=(iterator,))
+        for size in blocks:
+            coordinator.schedule(run_block(size), args=(iterator,))
         coordinator.join()
         logs = _logs(model)
         if validation_data is not None and _validate_now(epoch, validation_freq):
@@ -435,8 +436,39 @@ def fit_planned(model, plan, *, strategy, epochs=1, callbacks=None, steps_per_ep
         callbacks.on_epoch_end(epoch, logs)
         if model.stop_training:
             break
+    if model.optimizer is not None and epochs > 0:
+        with strategy.scope():  # as Keras' fit ends: an EMA optimizer's averages become the weights
+            model.optimizer.finalize_variable_values(model.trainable_weights)
     callbacks.on_train_end(logs=logs)
     return history
+
+
+def _blocks_of_steps(strategy, step_fn):
+    """``run_block(n)``: a ``tf.function`` that runs ``n`` steps on the worker it is sent to,
+    traced once per block size (the model's ``steps_per_execution``, a last shorter block)."""
+    import tensorflow as tf
+
+    traced = {}
+
+    def run_block(n: int):
+        if n not in traced:
+            @tf.function
+            def steps(iterator):
+                for _ in range(n):
+                    strategy.run(step_fn, args=(next(iterator),))
+
+            traced[n] = steps
+        return traced[n]
+
+    return run_block
+
+
+def _block_sizes(steps: int, model) -> list[int]:
+    """An epoch's ``steps`` in blocks of the model's ``steps_per_execution``: one closure sent to
+    a worker per block, so a worker makes one round trip to the coordinator per block, not per
+    step (the steps and their order are the same)."""
+    block = max(int(getattr(model, "steps_per_execution", 1) or 1), 1)
+    return [block] * (steps // block) + ([steps % block] if steps % block else [])
 
 
 def evaluate(model, x=None, y=None, *, strategy, batch_size=None, steps=None, verbose="auto",

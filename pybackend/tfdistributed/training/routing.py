@@ -16,10 +16,15 @@ the ``"auto"`` policy, fewer files than workers means sharding by data (announce
 of TensorFlow's error at the first step, and an explicit policy that cannot work is our
 :class:`~tfdistributed.errors.ShardingError`. A multi-worker strategy built for 1 worker in a
 task whose TF_CONFIG names several is refused too
-(:func:`tfdistributed.cluster.live.check_not_alone`). And Keras' own shuffle of arrays
+(:func:`tfdistributed.cluster.live.check_not_alone`), and so is a Keras option that cannot be
+honoured under the model's strategy (:func:`tfdistributed.training.options.check_options`,
+e.g. ``jit_compile=True`` under ``mirrored``). And Keras' own shuffle of arrays
 (``shuffle=True``, its default) takes one order on every worker of a multi-worker job
 (:func:`tfdistributed.training.seeds.keras_shuffles_alike`): unseeded, each worker drew its own
-and an "epoch" trained some examples twice and others never.
+and an "epoch" trained some examples twice and others never. At the normal end of a
+multi-worker ``model.fit`` (keras3's R ``fit()`` is one), every worker waits for the others
+before it goes on (:func:`tfdistributed.cluster.leave.leave_together`), as at the end of
+tfdistributed's ``fit()``: none leaves while a slower peer still reads from it.
 
 This is routing to :mod:`tfdistributed.training`, not a repair of Keras' own code, but it is
 installed, reported and switched off like one: training builds its record with
@@ -34,6 +39,7 @@ from typing import Callable
 
 from .._args import check_keras_call
 from .checkpoints import safe_callbacks
+from .options import check_options
 from .seeds import keras_shuffles_alike
 from ..data.plan import check_dataset
 from .repairs.common import Repair
@@ -41,6 +47,7 @@ from .repairs.common import source
 from ..data.sharding import shard_for_workers
 from ..strategies.make import input_workers
 from ..watch.recorder import examples_per_step, recorder_for, telling_failure
+from ..cluster.leave import end_of_training, leave_together
 from ..cluster.live import check_not_alone
 
 
@@ -69,6 +76,7 @@ def route(trainer, routes: dict) -> None:
         check_keras_call(originals["fit"], self, args, kwargs)
         _refuse_r_generator(originals["fit"], self, args, kwargs, "model.fit")
         check_not_alone(_strategy(self), "model.fit")
+        check_options(self, _strategy(self), "model.fit")
         if _is_parameter_server(self):
             return routes["fit"](self, *args, **kwargs)
         bound = _bound(originals["fit"], self, args, kwargs)
@@ -80,11 +88,16 @@ def route(trainer, routes: dict) -> None:
                                           examples_per_step(given.get("x"),
                                                             given.get("batch_size")))
         with telling_failure(), _shuffled_alike(self, given):
-            return originals["fit"](*bound.args, **bound.kwargs)
+            history = originals["fit"](*bound.args, **bound.kwargs)
+        if _collective_workers(self):  # no worker leaves while a peer still reads from it
+            leave_together("Keras' model.fit()", end_of_training(self))
+        return history
 
     def evaluate(self, *args, **kwargs):
         check_keras_call(originals["evaluate"], self, args, kwargs)
         _refuse_r_generator(originals["evaluate"], self, args, kwargs, "model.evaluate")
+        if not kwargs.get("_use_cached_eval_dataset"):  # fit's own validation: checked by fit
+            check_options(self, _strategy(self), "model.evaluate")
         if _is_parameter_server(self):
             return routes["evaluate"](self, *args, **kwargs)
         bound = _bound(originals["evaluate"], self, args, kwargs)
@@ -96,6 +109,7 @@ def route(trainer, routes: dict) -> None:
 
     def predict(self, *args, **kwargs):
         check_keras_call(originals["predict"], self, args, kwargs)
+        check_options(self, _strategy(self), "model.predict")
         if _is_parameter_server(self):
             return routes["predict"](self, *args, **kwargs)
         bound = _bound(originals["predict"], self, args, kwargs)
@@ -174,6 +188,15 @@ def _strategy(model):
     """The strategy Keras trains ``model`` under: the one its weights were made in (see
     :mod:`~tfdistributed.training.repairs.model_strategy_from_weights`), else the current."""
     return model.distribute_strategy
+
+
+def _collective_workers(model) -> bool:
+    """Whether ``model`` trains in lock step with other workers (multi-worker collectives)."""
+    import tensorflow as tf
+
+    strategy = _strategy(model)
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and input_workers(strategy) > 1)
 
 
 def _is_parameter_server(model) -> bool:

@@ -16,7 +16,8 @@ import contextlib
 import dataclasses
 import os
 
-from . import checkpoints, compat, ps, routing, seeds
+from . import checkpoints, compat, ps, replica_batch, routing, seeds
+from .options import check_options
 from .._args import as_int, as_verbose
 from ..cluster.environment import is_chief
 from ..data.plan import plan_input
@@ -24,7 +25,7 @@ from ..errors import ArgumentTypeError, TrainingError
 from ..strategies.make import input_workers, strategy_kind
 from ..watch.recorder import examples_per_step, recorder_for, telling_failure
 from ..cluster.live import check_not_alone
-from ..cluster.leave import leave_together
+from ..cluster.leave import end_of_training, leave_together
 
 
 def model_strategy(model):
@@ -97,7 +98,8 @@ def _verbose(verbose):
 def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, validation_data=None,
         validation_split=None, callbacks=None, shard_policy=None, steps_per_epoch=None,
         shuffle=True, seed=None, sample_weight=None, class_weight=None, verbose="auto",
-        check_shards=True, backup_dir=None, save_freq="epoch", **fit_kwargs):
+        check_shards=True, backup_dir=None, save_freq="epoch", max_replica_batch=None,
+        **fit_kwargs):
     """Train ``model`` under ``strategy`` (default: the strategy it was built under).
 
     Args:
@@ -147,6 +149,12 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             SIGTERM (a preemption notice) makes every worker stop at the next backup, once
             written, with exit status ``PREEMPTED_EXIT_CODE`` (75), for
             ``launch(restarts=Restarts(max_restarts=...))`` to restart.
+        max_replica_batch: at most this many examples per replica in a step (arrays): where
+            ``batch_size`` would give a replica more (an elastic job that shrank), each update
+            is made of the fewest steps of ``batch_size / N`` whose gradients, accumulated,
+            keep each replica within it; the update is that of one step of ``batch_size``
+            (:mod:`tfdistributed.training.replica_batch`). Default: each replica's batch is
+            ``batch_size`` / replicas, however large.
         **fit_kwargs: passed to ``model.fit`` (under ``parameter_server``: ``initial_epoch``,
             ``validation_freq``, ``validation_steps`` and ``checkpoint_dir``).
 
@@ -174,8 +182,15 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     compat.apply()
     strategy, placement = _check_model(model, strategy, "fit")
     check_not_alone(strategy, "fit")
+    accumulated = replica_batch.plan_accumulation(model, batch_size, placement["replicas"],
+                                                  max_replica_batch)
+    batch_size = batch_size if accumulated == 1 else as_int(batch_size, "batch_size") // accumulated
+    check_options(model, strategy, "fit")
     epochs = as_int(epochs, "epochs", minimum=1)
     save_freq = _check_save_freq(save_freq, backup_dir)
+    if max_replica_batch is not None:
+        _refuse_step_backups(save_freq, "max_replica_batch (a job that resumes at another size "
+                                        "takes its steps in other batches)")
     steps_per_epoch = as_int(steps_per_epoch, "steps_per_epoch", minimum=1, allow_none=True)
     seed = as_int(seed, "seed", allow_none=True)
     plan = plan_input("fit", x, y, **placement, batch_size=batch_size,
@@ -194,6 +209,8 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
     if backup_dir is not None:
         backup = checkpoints.BackupAndRestore(os.fspath(backup_dir), save_freq=save_freq)
         callbacks.insert(0, backup)
+        if max_replica_batch is not None:  # right after the backup is restored
+            callbacks.insert(1, replica_batch.resuming_callback(model, backup_dir))
     callbacks = recorder_for(model, checkpoints.safe_callbacks(callbacks),
                              examples_per_step(x, plan.batch_size))
     if plan.kind == "parameter_server":
@@ -219,7 +236,7 @@ def fit(model, x=None, y=None, *, strategy=None, epochs=1, batch_size=None, vali
             callbacks=callbacks, steps_per_epoch=steps_per_epoch, class_weight=plan.class_weight,
             verbose=_verbose(verbose), **fit_kwargs)
     if plan.kind == "multi_worker_mirrored":  # no worker leaves while a peer still reads from it
-        leave_together("fit")
+        leave_together("fit()", end_of_training(model))
     return history
 
 
@@ -285,7 +302,7 @@ def _steps_per_execution(model) -> int:
 
 def _check_steps_per_execution(model, plan, *, train=True, validation=False) -> None:
     # On several workers a block of steps ends early only where the data ends (compat's
-    # multi_worker_steps_per_execution), and Keras has no result when that is inside the first
+    # collective_steps_per_execution), and Keras has no result when that is inside the first
     # block of a pass over the data. Said before any work starts, where the length is known.
     block = _steps_per_execution(model)
     if plan.kind != "multi_worker_mirrored" or block == 1:
@@ -332,6 +349,7 @@ def evaluate(model, x=None, y=None, *, strategy=None, batch_size=None, shard_pol
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "evaluate")
+    check_options(model, strategy, "evaluate")
     steps = as_int(steps, "steps", minimum=1, allow_none=True)
     plan = plan_input("evaluate", x, y, **placement, batch_size=batch_size,
                       sample_weight=sample_weight, shard_policy=shard_policy,
@@ -374,6 +392,7 @@ def predict(model, x, *, strategy=None, batch_size=None, verbose=0):
     """
     compat.apply()
     strategy, placement = _check_model(model, strategy, "predict")
+    check_options(model, strategy, "predict")
     plan = plan_input("predict", x, **placement, batch_size=batch_size)
     if plan.kind == "parameter_server":
         return ps.predict_planned(model, plan)

@@ -69,9 +69,10 @@ def _dense_body():
 
 
 def _sequential(body, *, optimizer=None, metrics=("accuracy",), loss=None, dtype_policy=None,
-                activation=None, steps_per_execution=1):
+                activation=None, steps_per_execution=1, **compile_options):
     """``body()`` (a function: layers must be created after the dtype policy is set) between
-    the digits input and a 10-way float32 output layer, compiled."""
+    the digits input and a 10-way float32 output layer, compiled (with ``compile_options``:
+    ``jit_compile``, ``run_eagerly``)."""
     import keras
 
     if dtype_policy:
@@ -83,7 +84,8 @@ def _sequential(body, *, optimizer=None, metrics=("accuracy",), loss=None, dtype
         keras.mixed_precision.set_dtype_policy("float32")
     model.compile(optimizer=optimizer or keras.optimizers.Adam(0.01),
                   loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=list(metrics), steps_per_execution=steps_per_execution)
+                  metrics=list(metrics), steps_per_execution=steps_per_execution,
+                  **compile_options)
     return model
 
 
@@ -192,6 +194,60 @@ def _batchnorm_body(synchronized):
             keras.layers.Activation("relu")]
 
 
+#: Gradient accumulation's cell: this many steps of ACCUMULATED_BATCH examples per update, with
+#: an optimizer linear in the gradients (Adam's per-element scaling would turn the rounding of
+#: near-zero gradients, summed in another order, into steps of the learning rate's size), so
+#: that it can be compared with one step of LARGE_BATCH on one device (:func:`one_large_batch`).
+ACCUMULATION_STEPS, ACCUMULATED_BATCH = 4, 32
+LARGE_BATCH = ACCUMULATION_STEPS * ACCUMULATED_BATCH
+
+
+def _sgd(accumulation=None):
+    import keras
+
+    return keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=accumulation)
+
+
+def _option_features():
+    """Keras' compile and optimizer options on the baseline's model: a row each, or for two that
+    do not meet (the moving averages and clipping by norm; loss scaling and clipping by value)."""
+    import keras
+
+    flat = _dense_body
+    return {
+        "gradient_accumulation": (
+            lambda: _sequential(flat, optimizer=_sgd(ACCUMULATION_STEPS)),
+            lambda d: {"batch_size": ACCUMULATED_BATCH}, EXACT, "keras"),
+        "steps_per_execution_auto": (lambda: _sequential(flat, steps_per_execution="auto"),
+                                     lambda d: {}, EXACT, "keras"),
+        "jit_compile": (lambda: _sequential(flat, jit_compile=True), lambda d: {}, EXACT, "keras"),
+        # Two options a row where they are independent: a row's cells cost its tracing.
+        "ema_clipnorm": (lambda: _sequential(flat, optimizer=keras.optimizers.Adam(
+            0.01, use_ema=True, ema_overwrite_frequency=5, clipnorm=0.5)), lambda d: {}, EXACT,
+            "tfd"),
+        "loss_scale_clipvalue": (
+            lambda: _sequential(flat, optimizer=keras.optimizers.LossScaleOptimizer(
+                keras.optimizers.SGD(0.1, clipvalue=0.02))), lambda d: {}, EXACT, "tfd"),
+        "run_eagerly": (lambda: _sequential(flat, run_eagerly=True), lambda d: {}, EXACT,
+                        "keras"),
+    }
+
+
+def one_large_batch():
+    """The weights of the gradient accumulation cell's model trained on one device with one
+    step of LARGE_BATCH per update instead (same data, epochs and optimizer)."""
+    import keras
+
+    import tfdistributed as tfd
+
+    x, y, _, _ = _data()
+    keras.utils.set_random_seed(SEED)
+    with tfd.make_strategy("default").scope():
+        model = _sequential(_dense_body, optimizer=_sgd())
+    model.fit(x, y, batch_size=LARGE_BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    return _weights(model)
+
+
 # name: (build the model, fit arguments (x, y, xt, yt, workdir) -> kwargs, comparison, how)
 def _features():
     import keras
@@ -253,6 +309,7 @@ def _features():
         "plain_model_fit_blocks": (lambda: _sequential(flat, steps_per_execution=4),
                                    lambda d: {"validation_data": (d["xt"], d["yt"])},
                                    EXACT, "keras"),
+        **_option_features(),
     }
 
 
@@ -380,6 +437,7 @@ COMPRESSED_FEATURES = {
     "mixed_bfloat16": "gradients in another dtype than the float32 the compression expects",
     "steps_per_execution": "the all-reduce inside a loop of several steps in one call",
     "plain_model_fit": "Keras' own `fit()` and train step, not `tfdistributed.fit()`",
+    "gradient_accumulation": "the all-reduce of the accumulated gradients, once per update",
 }
 
 

@@ -281,7 +281,7 @@ def test_steps_per_execution_fails_without_the_repair(tmp_path):
     # A job of its own: the repair is switched off when Keras is imported, and the job fails.
     with pytest.raises(tfd.LaunchError) as info:
         run_job(tmp_path, "--epochs", "1", "--examples", "1280", "--steps-per-execution", "4",
-                env={"TFDISTRIBUTED_DISABLE_COMPAT": "multi_worker_steps_per_execution"})
+                env={"TFDISTRIBUTED_DISABLE_COMPAT": "collective_steps_per_execution"})
     output = "\n".join(line for t in info.value.results for line in t.output)
     assert "You must feed a value for placeholder tensor" in output
 

@@ -54,7 +54,11 @@ FIXED = {
         "_all_reduce_sum_gradients", "_apply_summed_gradients"),
     "logs_with_gradients": _swap(".apply_gradients(", ".compute_metrics("),
     "assign_without_read": lambda t: t + "\n# read_value=False",
-    "multi_worker_steps_per_execution": lambda t: t.replace("tf.while_loop", "chained_steps"),
+    "collective_steps_per_execution": lambda t: t.replace("tf.while_loop", "chained_steps"),
+    "gradient_accumulation": lambda t: t.replace("ops.cond(", "cross_replica_cond("),
+    "ema_overwrite": lambda t: t.replace("extended.update", "replica_local_update"),
+    "loss_scale_consensus": lambda t: t.replace("experimental_local_results(", "all_replicas("),
+    "loss_scale_counter": lambda t: t.replace("ops.cond(", "ops.where("),
     "strategy_aware_fit": lambda t: t + "\n# ClusterCoordinator",
 }
 
@@ -73,7 +77,8 @@ def test_every_repair_has_a_detection_test_and_the_names_are_those_of_before():
         "optimizer_follows_its_model", "symbolic_build", "reduce_per_replica", "atomic_assign_add", "central_storage_updates",
         "central_storage_metric_assign", "uneven_batches", "sharded_variable_updates",
         "clip_after_all_reduce", "logs_with_gradients", "assign_without_read",
-        "multi_worker_steps_per_execution", "strategy_aware_fit")
+        "collective_steps_per_execution", "gradient_accumulation", "ema_overwrite",
+        "loss_scale_consensus", "loss_scale_counter", "strategy_aware_fit")
 
 
 @pytest.mark.parametrize("name", list(FIXED))

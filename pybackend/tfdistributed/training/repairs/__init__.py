@@ -12,15 +12,18 @@ The order is checked (:func:`~.common.check_order`): ``compile_under_model_strat
 under the strategy ``model_strategy_from_weights`` reads from the weights, ``clip_after_all_reduce``
 wraps the all-reduce ``uneven_batches`` weights, ``logs_with_gradients`` needs both
 ``uneven_batches`` (whose all-reduce carries the logs) and ``reduce_per_replica`` (which then skips
-them), and ``assign_without_read`` wraps the assignment ``central_storage_metric_assign`` patches.
+them), ``assign_without_read`` wraps the assignment ``central_storage_metric_assign`` patches,
+and ``gradient_accumulation`` wraps the optimizer step ``clip_after_all_reduce`` patched (and
+weights by the shares ``uneven_batches`` counts).
 """
 
 from __future__ import annotations
 
 from . import (assign_without_read, atomic_assign_add, central_storage_metric_assign,
                central_storage_updates, clip_after_all_reduce, compile_under_model_strategy,
-               logs_with_gradients, model_strategy_from_weights,
-               multi_worker_steps_per_execution, optimizer_follows_its_model,
+               collective_steps_per_execution, ema_overwrite, gradient_accumulation,
+               logs_with_gradients, loss_scale_consensus, loss_scale_counter,
+               model_strategy_from_weights, optimizer_follows_its_model,
                reduce_per_replica, sharded_variable_updates, symbolic_build, uneven_batches)
 from .common import Repair, check_order
 
@@ -38,7 +41,11 @@ ALL: tuple[Repair, ...] = (
     clip_after_all_reduce.REPAIR,
     logs_with_gradients.REPAIR,
     assign_without_read.REPAIR,
-    multi_worker_steps_per_execution.REPAIR,
+    collective_steps_per_execution.REPAIR,
+    gradient_accumulation.REPAIR,
+    ema_overwrite.REPAIR,
+    loss_scale_consensus.REPAIR,
+    loss_scale_counter.REPAIR,
 )
 
 check_order(ALL)

@@ -70,8 +70,11 @@ def keras_trainer():
 
 
 def original(fn):
-    """What ``fn`` replaced, if it is one of our patches, else ``fn``."""
-    return getattr(fn, "__tfdistributed_original__", fn)
+    """What ``fn`` replaced, if it is one of our patches (under every patch of ours wrapped
+    around it: Keras' or TensorFlow's own), else ``fn``."""
+    while hasattr(fn, "__tfdistributed_original__"):
+        fn = fn.__tfdistributed_original__
+    return fn
 
 
 def source(obj) -> str:

@@ -71,13 +71,16 @@ def _logs_can_ride(model, trainer) -> bool:
     writes) under multi-worker collectives, where the logs would otherwise cost an all-reduce
     of their own in every step. Not under XLA (``jit_compile``, Keras' default where there is a
     GPU): the step is then traced in a graph of its own, whose outputs ``reduce_per_replica``
-    cannot recognise, and this machine has no GPU to test it on.
+    cannot recognise, and this machine has no GPU to test it on. Nor eagerly
+    (``run_eagerly``): there are no graph tensors to mark, and no round trip to save. An
+    optimizer that accumulates gradients (``gradient_accumulation``) all-reduces them once per
+    update; the logs then travel in each step's all-reduce of the example counts.
     """
     stock = trainer.TensorFlowTrainer
-    return (not model.jit_compile
+    return (not model.jit_compile and not model.run_eagerly
             and original(type(model).train_step) is original(stock.train_step)
             and original(type(model).compute_metrics) is original(stock.compute_metrics)
-            and model.optimizer is not None and not model.optimizer.gradient_accumulation_steps
+            and model.optimizer is not None
             and trainer._collective_all_reduce_multi_worker(model.distribute_strategy))
 
 

@@ -17,10 +17,12 @@ Under a strategy marked for PowerSGD (:mod:`tfdistributed.strategies.lowrank`) t
 go low-rank here instead, weighted the same way; its state (``Q`` matrices, error buffers) is
 made when the optimizer is built and saved with it, so backups hold it.
 
-Two pieces of this machinery are public, for the repairs that build on it: the replica's
-example count while a train step is traced (:func:`counting_examples`), and other scalars that
+Three pieces of this machinery are public, for the repairs that build on it: the replica's
+example count while a train step is traced (:func:`counting_examples`), other scalars that
 travel in the gradients' all-reduce (:func:`carried_in_all_reduce`, which
-``logs_with_gradients`` uses for the step's logs).
+``logs_with_gradients`` uses for the step's logs), and gradients weighted by the replica's
+share before they are accumulated and all-reduced later (:func:`weighted_by_share`, then
+:func:`weights_applied`, for ``gradient_accumulation``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,40 @@ def carried_in_all_reduce(values):
         yield means
     finally:
         _carried.values = _carried.means = _carried.graph = None
+
+
+def weighted_by_share(context, grads) -> list:
+    """This replica's ``grads`` weighted by its share of the step's examples, so that their sum
+    over the replicas is one device's gradient of the whole step, however the batch was split
+    (one all-reduce of the example counts, carrying the step's logs when they ride); as they are
+    where that is moot (one replica, or a count unknown: a custom train step)."""
+    import tensorflow as tf
+
+    size = getattr(_local_batch, "size", None)
+    replicas = context.num_replicas_in_sync
+    if size is None or replicas == 1:
+        return list(grads)
+    local = tf.cast(size, tf.float32)
+    riders = _take_carried(tf.float32)
+    reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, [local] + [v for _, v in riders])
+    if riders:  # their mean over the replicas, as reduce_per_replica's
+        _carried.means.update({slot: r / float(replicas)
+                               for (slot, _), r in zip(riders, reduced[1:])})
+    weight = local * float(replicas) / reduced[0]
+    return [None if g is None else _scaled(g, weight) for g in grads]
+
+
+@contextlib.contextmanager
+def weights_applied():
+    """While the gradients all-reduced in this thread already are weighted by their replica's
+    share (:func:`weighted_by_share`, then accumulated): they are summed as they are, compressed
+    when the strategy is marked for it."""
+    previous = getattr(_local_batch, "size", None), getattr(_local_batch, "weighted", False)
+    _local_batch.size, _local_batch.weighted = None, True
+    try:
+        yield
+    finally:
+        _local_batch.size, _local_batch.weighted = previous
 
 
 def _take_carried(dtype) -> list:
@@ -147,8 +183,9 @@ def _weighted_all_reduce(optimizer, all_reduce, grads_and_vars):
     state = getattr(optimizer, _POWERSGD_STATE, None)
     if state is not None and context is not None and context.num_replicas_in_sync == 1:
         reset_if_resized(state, 1)  # a job shrunk to one replica keeps no stale errors
+    accumulated = getattr(_local_batch, "weighted", False)
     if (context is None or context.num_replicas_in_sync == 1 or not grads
-            or optimizer.gradient_accumulation_steps):
+            or (optimizer.gradient_accumulation_steps and not accumulated)):
         return all_reduce(optimizer, pairs)
     strategy = tf.distribute.get_strategy()
     kind = gradient_compression(strategy)

@@ -1,18 +1,20 @@
-"""``multi_worker_steps_per_execution``: Keras' loop of ``steps_per_execution`` steps cannot
-run on several workers.
+"""``collective_steps_per_execution``: Keras' loop of ``steps_per_execution`` steps cannot
+run where the replicas all-reduce with collective operations.
 
 Keras runs ``steps_per_execution`` > 1 as a ``tf.while_loop`` that reads each batch as an
-optional and calls the step inside a ``tf.cond``; under multi-worker collectives TensorFlow
-cannot run that graph ("You must feed a value for placeholder tensor
-'while/.../cond/Placeholder'"), so such a model could not train on several workers at all.
-There the block's steps are chained in one function instead, each reading its batch with
-``get_next`` (where the data ends inside a block, the steps before have run and Keras ends
-the epoch, as it does on one device), every op of a step waiting for that step's batch, and
-the step's outputs (loss, metrics) are averaged over the workers once, after the block's
-last step (with ``logs_with_gradients`` on, each step's logs already travel in its
-gradients' all-reduce and the block adds none). A last, shorter block is in the epoch's
-results but gets no batch-end callback (one device gives it one). An input with fewer
-batches than one block ends before Keras has any logs; that is refused with the fix.
+optional and calls the step inside a ``tf.cond``; with collective all-reduces in the step
+TensorFlow cannot run that graph ("You must feed a value for placeholder tensor
+'while/.../cond/Placeholder'", keras-team/keras#19246), so such a model could not train on
+several workers at all, nor under a ``MirroredStrategy`` of several devices built with
+TensorFlow's default all-reduce (collective operations on CPUs; ``make_strategy("mirrored")``
+reduces on one device there and never met it). There the block's steps are chained in one
+function instead, each reading its batch with ``get_next`` (where the data ends inside a
+block, the steps before have run and Keras ends the epoch, as it does on one device), every
+op of a step waiting for that step's batch, and the step's outputs (loss, metrics) are
+reduced once, after the block's last step (with ``logs_with_gradients`` on, each step's logs
+already travel in its gradients' all-reduce and the block adds none). A last, shorter block is
+in the epoch's results but gets no batch-end callback (one device gives it one). An input with
+fewer batches than one block ends before Keras has any logs; that is refused with the fix.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def apply(trainer) -> None:
 
     def _make_function(self, step_function):
         if (self.steps_per_execution > 1 and not self.run_eagerly
-                and trainer._collective_all_reduce_multi_worker(self.distribute_strategy)):
+                and _all_reduces_with_collectives(self.distribute_strategy, trainer)):
             return _chained_steps(self, step_function, trainer)
         return original(self, step_function)
 
@@ -39,8 +41,21 @@ def apply(trainer) -> None:
     trainer.TensorFlowTrainer._make_function = _make_function
 
 
+def _all_reduces_with_collectives(strategy, trainer) -> bool:
+    """Several workers, or a MirroredStrategy of several devices on collective all-reduces."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import cross_device_ops
+
+    if trainer._collective_all_reduce_multi_worker(strategy):
+        return True
+    return (type(strategy) is tf.distribute.MirroredStrategy
+            and strategy.num_replicas_in_sync > 1
+            and isinstance(getattr(strategy.extended, "_cross_device_ops", None),
+                           cross_device_ops.CollectiveAllReduce))
+
+
 def _chained_steps(model, step_function, trainer):
-    """Keras' train/test function for ``steps_per_execution`` > 1 on several workers: the
+    """Keras' train/test function for ``steps_per_execution`` > 1 over collectives: the
     block's steps one after the other in one ``tf.function``, the logs reduced after the last."""
     import tensorflow as tf
 
@@ -93,5 +108,5 @@ def _data_shorter_than_a_block(model) -> TrainingError:
                     "with(strategy$scope(), { ... })."})
 
 
-REPAIR = Repair(name="multi_worker_steps_per_execution", defect=__doc__, upstream=(),
-                detect=detect, apply=apply)
+REPAIR = Repair(name="collective_steps_per_execution", defect=__doc__,
+                upstream=("keras-team/keras#19246",), detect=detect, apply=apply)
