@@ -18,8 +18,8 @@ pytestmark = pytest.mark.cluster
 
 def race(slow: float, **env):
     lines = []
-    result = tfd.launch(SCRIPT, workers=2, args=[str(slow)], echo=False, timeout=240,
-                        env=env, on_output=lines.append)
+    result = tfd.launch(SCRIPT, workers=2, args=[str(slow)], timeout=240, env=env,
+                        watch=tfd.Watch(echo=False, on_output=lines.append))
     return result, lines
 
 

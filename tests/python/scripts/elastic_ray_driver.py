@@ -54,10 +54,10 @@ def on_output(line):
 
 threading.Thread(target=lose_a_node, daemon=True).start()
 try:
-    result = tfd.launch(script, workers=3, engine=tfd.engines.Ray(),
-                        restarts=tfd.Restarts(min_workers=2, join_timeout=15),
-                        timeout=600, on_output=on_output, echo=False,
-                        args=[outdir, "--backup", backup, *rest])
+    result = tfd.launch(script, tfd.Scaling(workers=3, min_workers=2), engine=tfd.engines.Ray(),
+                        restarts=tfd.Restarts(join_timeout=15), timeout=600,
+                        args=[outdir, "--backup", backup, *rest],
+                        watch=tfd.Watch(on_output=on_output, echo=False))
     print(json.dumps({"sizes": result.sizes, "restarts": result.restarts,
                       "history": result.history, "lines": lines[-60:],
                       # the job's own announcements, whole (a traceback may fill the last 60)

@@ -30,10 +30,10 @@ def on_output(line):
         open(flag, "w").close()
 
 
-result = tfd.launch(script, workers=3, engine=tfd.engines.Slurm(),
-                    restarts=tfd.Restarts(min_workers=2, join_timeout=20), timeout=600,
-                    on_output=on_output, echo=False,
-                    args=[outdir, "--backup", backup, "--lose-at", lose_at, *rest])
+result = tfd.launch(script, tfd.Scaling(workers=3, min_workers=2), engine=tfd.engines.Slurm(),
+                    restarts=tfd.Restarts(join_timeout=20), timeout=600,
+                    args=[outdir, "--backup", backup, "--lose-at", lose_at, *rest],
+                    watch=tfd.Watch(on_output=on_output, echo=False))
 print(json.dumps({"sizes": result.sizes, "restarts": result.restarts,
                   "history": result.history, "lines": lines[-60:],
                   # the job's own announcements, whole: a worker's traceback may fill the last 60

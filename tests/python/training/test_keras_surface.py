@@ -54,8 +54,8 @@ def test_each_single_process_repair_is_needed():
     # Its own process: these repairs off from its start, and only these (the uneven batches'
     # test switches another one off).
     disabled = "central_storage_updates,central_storage_metric_assign,clip_after_all_reduce"
-    job = tfd.launch(_without_repairs, workers=1, timeout=300, echo=False,
-                     env={"TFDISTRIBUTED_DISABLE_COMPAT": disabled})
+    job = tfd.launch(_without_repairs, workers=1, timeout=300,
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": disabled}, watch=tfd.Watch(echo=False))
     out = job.values[0]
     assert out["css_random"]["status"] == "error"
     assert "must specify an aggregation method" in out["css_random"]["message"]
@@ -81,8 +81,9 @@ def _plain_fit_under_ps():
 @pytest.mark.cluster
 def test_plain_model_fit_under_parameter_server_needs_the_routing():
     # Its own job: a parameter-server cluster, with the routing off from the start.
-    job = tfd.launch(_plain_fit_under_ps, workers=1, ps=1, chief=True, timeout=300, echo=False,
-                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "strategy_aware_fit"})
+    job = tfd.launch(_plain_fit_under_ps, tfd.Scaling(workers=1, ps=1, chief=True), timeout=300,
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "strategy_aware_fit"},
+                     watch=tfd.Watch(echo=False))
     cell = job.values[0]
     assert cell["status"] == "error" and "create_per_worker_dataset" in cell["message"], cell
 
@@ -90,7 +91,8 @@ def test_plain_model_fit_under_parameter_server_needs_the_routing():
 @pytest.mark.cluster
 def test_official_multi_worker_tutorial_runs_unchanged(tmp_path):
     # Its own job: the user's program, unchanged, builds its strategy (one per process).
-    result = tfd.launch(TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False)
+    result = tfd.launch(TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300,
+                        watch=tfd.Watch(echo=False))
     assert [t.returncode for t in result.tasks] == [0, 0]
     with np.load(tmp_path / "worker-0.npz") as a, np.load(tmp_path / "worker-1.npz") as b:
         assert len(a.files) == len(b.files) == 6
@@ -117,8 +119,9 @@ def test_official_multi_worker_tutorial_runs_unchanged(tmp_path):
 def test_r_script_with_its_own_strategy_and_model_fit(tmp_path):
     """From R: raw tf$distribute$MultiWorkerMirroredStrategy() and Keras' own model$fit()."""
     # Its own job: Rscript workers, each building its strategy (one per process).
-    result = tfd.launch(R_TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False,
-                        env={"R_LIBS": os.path.join(ROOT, ".rlib"), "RETICULATE_PYTHON": sys.executable})
+    result = tfd.launch(R_TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300,
+                        env={"R_LIBS": os.path.join(ROOT, ".rlib"), "RETICULATE_PYTHON": sys.executable},
+                        watch=tfd.Watch(echo=False))
     assert [t.returncode for t in result.tasks] == [0, 0]
     reports = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in (0, 1)]
     assert reports[0] == reports[1] and len(reports[0]["weights"]) == 4
@@ -141,7 +144,7 @@ def test_a_failed_task_names_its_error_even_after_a_long_dump(tmp_path):
         sys.exit(3)
     """))
     with pytest.raises(tfd.LaunchError) as info:
-        tfd.launch(str(script), workers=1, timeout=60, echo=False)
+        tfd.launch(str(script), workers=1, timeout=60, watch=tfd.Watch(echo=False))
     message = str(info.value)
     assert "Its error: ValueError: the real cause" in message
     assert max(len(line) for line in message.splitlines()) < 500

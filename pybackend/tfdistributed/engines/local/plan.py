@@ -121,6 +121,16 @@ def host_of(address: str) -> str:
     return parse_address(address)[0]
 
 
+def hosts_of(cluster: Cluster | None, hosts) -> list:
+    """The hosts of ``hosts`` that the tasks of ``cluster`` run on, chief and worker 0's first:
+    the places of an elastic local job (none for a cluster on this machine alone, or none
+    given: it cannot be lost without the launcher)."""
+    if not hosts or cluster is None:
+        return []
+    found = [host_of(cluster.address(r, i)) for r, i in cluster.tasks()]
+    return [h for n, h in enumerate(found) if h in hosts and h not in found[:n]]
+
+
 def on_hosts(cluster: Cluster, hosts) -> Cluster:
     """``cluster`` without its tasks off ``hosts``, each role's tasks numbered again from 0 in
     their order (an elastic job on fewer hosts).
