@@ -49,3 +49,27 @@ def test_wrong_values_are_r_errors_naming_the_fix(r, code, expected):
 def test_slurm_script_takes_gpus_per_task(r):
     script = "\n".join(r(f'slurm_script("{SCRIPT}", scaling(workers = 2, gpus_per_task = 1))'))
     assert "#SBATCH --gpus-per-task=1\n" in script, script
+
+
+def test_slurm_script_of_the_running_on_a_cluster_article(r):
+    script = "\n".join(r(f'slurm_script("{SCRIPT}", scaling(workers = 2, gpus_per_task = 1), '
+                         f'args = "results", partition = "gpu")'))
+    assert "#SBATCH --partition=gpu\n" in script and "#SBATCH --ntasks=2\n" in script, script
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert srun.endswith(" results"), srun
+
+
+def test_a_local_job_from_r_gives_each_task_its_gpus_as_the_gpus_article_does(r, tmp_path):
+    # The article's chunk, on a machine whose GPUs are faked by the job's CUDA_VISIBLE_DEVICES.
+    script = tmp_path / "which-gpus.R"
+    script.write_text('cat("sees GPUs", Sys.getenv("CUDA_VISIBLE_DEVICES"), "\\n")\n')
+    r(f"""
+      four <- c(CUDA_VISIBLE_DEVICES = "0,1,2,3")
+      gpu_job <- launch_cluster("{script}", scaling(workers = 2, gpus_per_task = 1), env = four,
+                                timeout = 120, watch = watching(echo = FALSE))
+    """)
+    assert list(r('unlist(gpu_job$output)')) == ["sees GPUs 0 ", "sees GPUs 1 "]
+    message = r_error(r, f'launch_cluster("{script}", scaling(workers = 4, gpus_per_task = 1), '
+                         f'env = c(CUDA_VISIBLE_DEVICES = "0,1"))')
+    assert "`gpus_per_task=1` for 4 training task(s) needs 4 GPU(s), and there are 2" in message, \
+        message

@@ -264,3 +264,27 @@ test_that("warm_start forks an R script's tasks from a warm Rscript, run as Rscr
                                      watch = watching(progress = FALSE, echo = FALSE)),
                       "exited with status 1", class = "tfdistributed_error")
 })
+
+test_that("the shapes and engines the articles launch make a plan, checked before anything runs", {
+  skip_if_no_backend()
+  # The articles' calls that need a SLURM or Ray cluster, GPUs or root run only when the site is
+  # built; their objects are checked here, as launch_cluster() checks them before it starts.
+  plan <- function(shape, engine = local_hosts(), heal = restarts()) {
+    with_backend(backend()$engines$JobPlan(target = "train.R", scaling = shape, engine = engine,
+                                           restarts = heal, watch = watching()))
+  }
+  bed <- paste0("10.77.0.", 2:4)
+  hosts <- stats::setNames(lapply(seq_along(bed), function(i) c("ip", "netns", "exec",
+                                                               paste0("ns", i))), bed)
+  elastic <- plan(scaling(min_workers = 2, cluster = tf_cluster(workers = paste0(bed, ":2222"))),
+                  engine = local_hosts(hosts = hosts), heal = restarts(join_timeout = 15))
+  expect_identical(c(elastic$scaling$workers, elastic$scaling$min_workers), c(3L, 2L))
+  expect_identical(plan(scaling(workers = 4, min_workers = 2), slurm())$engine$name, "slurm")
+  on_gpus <- plan(scaling(workers = 4, gpus_per_task = 1),
+                  slurm(partition = "gpu", time = "02:00:00"))
+  expect_identical(on_gpus$scaling$gpus_per_task, 1L)
+  expect_identical(plan(scaling(workers = 4, gpus_per_task = 1), ray())$engine$name, "ray")
+  expect_identical(plan(scaling(workers = 2, ps = 2, chief = TRUE))$scaling$trainers, 2L)
+  expect_error(plan(scaling(workers = 4, min_workers = 2)), "runs on this machine only",
+               class = "tfdistributed_argument_type_error")
+})
