@@ -88,8 +88,9 @@ def main(argv=None):
 
     result = tfd.launch(__file__, workers=2, args=["--worker", "--bytes", str(ns.bytes),
                                                    "--steps", str(ns.steps), "--matmul",
-                                                   str(ns.matmul)],
-                        timeout=300, echo=False, engine=tfd.engines.Local(prepare_task=pin_tasks()))
+                                                   str(ns.matmul)], timeout=300,
+                        engine=tfd.engines.Local(prepare_task=pin_tasks()),
+                        watch=tfd.Watch(echo=False))
     for task in result.tasks:
         line = next(l for l in task.output if l.startswith("FLOOR "))
         values = json.loads(line[len("FLOOR "):])

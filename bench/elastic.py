@@ -131,16 +131,17 @@ def one_job(bed, cfg: dict, mode: str) -> tuple:
                                    daemon=True) if mode == "host" else None
         if watcher:
             watcher.start()
-        restarts = (tfd.Restarts(min_workers=2, join_timeout=cfg["grace"]) if mode == "host"
+        restarts = (tfd.Restarts(join_timeout=cfg["grace"]) if mode == "host"
                     else tfd.Restarts(max_restarts=1))
         try:
-            tfd.launch(__file__, cluster=bed.cluster(3),
-                       engine=tfd.engines.Local(hosts=bed.launch_hosts()),
-                       timeout=cfg["timeout"], env=base_env(), echo=False, cwd=ROOT,
+            tfd.launch(__file__, tfd.Scaling(cluster=bed.cluster(3),
+                                             min_workers=2 if mode == "host" else None),
+                       engine=tfd.engines.Local(hosts=bed.launch_hosts()), timeout=cfg["timeout"],
+                       env=base_env(), cwd=ROOT,
                        args=["--worker", "--mode", mode, "--stamps", str(stamps), "--backup",
                              str(Path(tmp, "backup")), "--lose-at", str(cfg["lose_at"]),
-                             "--epochs", str(cfg["epochs"])],
-                       restarts=restarts)
+                             "--epochs", str(cfg["epochs"])], restarts=restarts,
+                       watch=tfd.Watch(echo=False))
         except tfd.TFDistributedError as e:
             raise RunFailed(str(e).splitlines()[0]) from None
         finally:

@@ -136,8 +136,8 @@ def launch(args: list, cfg: dict, **options):
 
     try:
         return tfd.launch(__file__, workers=2, args=args, timeout=cfg["timeout"], env=base_env(),
-                          echo=False, cwd=ROOT, engine=tfd.engines.Local(prepare_task=pin_tasks()),
-                          **options)
+                          cwd=ROOT, engine=tfd.engines.Local(prepare_task=pin_tasks()),
+                          **dict(dict(watch=tfd.Watch(echo=False)), **options))
     except tfd.TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None
 

@@ -111,7 +111,8 @@ def run_link(link: str, cfg: dict) -> dict:
 
     args = ["--worker", "--epochs", str(cfg["epochs"]), "--examples-per-replica",
             str(cfg["examples_per_replica"]), "--allreduce-reps", str(cfg["allreduce_reps"])]
-    common = dict(args=args, timeout=cfg["timeout"], env=base_env(), echo=False, cwd=ROOT)
+    common = dict(args=args, timeout=cfg["timeout"], env=base_env(), cwd=ROOT,
+                  watch=tfd.Watch(echo=False))
     bed = None if link == "loopback" else HostBed(2, None if link == "uncapped" else link)
     try:
         if bed is None:
@@ -119,7 +120,7 @@ def run_link(link: str, cfg: dict) -> dict:
                                 engine=tfd.engines.Local(prepare_task=pin_tasks()), **common)
         else:
             bed.up()
-            result = tfd.launch(__file__, cluster=bed.cluster(2),
+            result = tfd.launch(__file__, tfd.Scaling(cluster=bed.cluster(2)),
                                 engine=tfd.engines.Local(hosts=bed.launch_hosts(),
                                                          prepare_task=pin_tasks()), **common)
     except tfd.TFDistributedError as e:

@@ -199,7 +199,8 @@ def launch_job(link: str, workers: int, args: list, timeout: float, cfg: dict) -
     from run import RunFailed, base_env, failure_reason, parse_results
     from tfdistributed.testbeds.hostbed import HostBed
 
-    common = dict(args=args, timeout=timeout, env=base_env(), echo=False, cwd=cfg["root"])
+    common = dict(args=args, timeout=timeout, env=base_env(), cwd=cfg["root"],
+                  watch=tfd.Watch(echo=False))
     bed = None if link == "loopback" else HostBed(workers, None if link == "uncapped" else link)
     try:
         if bed is None:
@@ -207,7 +208,7 @@ def launch_job(link: str, workers: int, args: list, timeout: float, cfg: dict) -
                                 engine=tfd.engines.Local(prepare_task=pin_tasks()), **common)
         else:
             bed.up()
-            result = tfd.launch(cfg["script"], cluster=bed.cluster(workers),
+            result = tfd.launch(cfg["script"], tfd.Scaling(cluster=bed.cluster(workers)),
                                 engine=tfd.engines.Local(hosts=bed.launch_hosts(),
                                                          prepare_task=pin_tasks()), **common)
     except tfd.TFDistributedError as e:

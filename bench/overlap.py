@@ -161,11 +161,11 @@ def run_job(model: str, link: str, per_worker: int, interop: int, cfg: dict) -> 
     bed = HostBed(2, link)
     try:
         bed.up()
-        result = tfd.launch(__file__, cluster=bed.cluster(2),
+        result = tfd.launch(__file__, tfd.Scaling(cluster=bed.cluster(2)),
                             engine=tfd.engines.Local(hosts=bed.launch_hosts(),
-                                                     prepare_task=prepare),
-                            args=args, timeout=cfg["timeout"], env=base_env(), echo=False,
-                            cwd=ROOT)
+                                                     prepare_task=prepare), args=args,
+                            timeout=cfg["timeout"], env=base_env(), cwd=ROOT,
+                            watch=tfd.Watch(echo=False))
     except tfd.TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None
     finally:

@@ -129,7 +129,7 @@ def run_cluster(args, *, timeout, workers, ps=0, chief=False, pin_cpus, env=None
     """Run workloads.py as a local cluster; the BENCH_RESULT of each task that printed one.
 
     ``pin_cpus``: task i on core i % ncores with one TensorFlow thread (pinning.py)."""
-    from tfdistributed import TFDistributedError, engines, launch
+    from tfdistributed import Scaling, TFDistributedError, Watch, engines, launch
 
     from pinning import pin_tasks
 
@@ -137,8 +137,8 @@ def run_cluster(args, *, timeout, workers, ps=0, chief=False, pin_cpus, env=None
     full_env.update(env or {})
     started = time.time()
     try:
-        result = launch(str(WORKLOADS), workers=workers, ps=ps, chief=chief, args=args,
-                        timeout=timeout, env=full_env, echo=False, cwd=ROOT,
+        result = launch(str(WORKLOADS), Scaling(workers=workers, ps=ps, chief=chief), args=args,
+                        timeout=timeout, env=full_env, cwd=ROOT, watch=Watch(echo=False),
                         engine=engines.Local(prepare_task=pin_tasks() if pin_cpus else None))
     except TFDistributedError as e:
         raise RunFailed(failure_reason(str(e))) from None

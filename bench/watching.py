@@ -61,8 +61,9 @@ def run_arm(arm: str, cfg: dict) -> dict:
     env = dict(base_env(), **({} if watched else {"TFDISTRIBUTED_WATCH": "0"}))
     try:
         # Watched: the watch's own defaults; else no display and no stall warning.
-        watch = tfd.Watch() if watched else tfd.Watch(progress=False, stall_warning=None)
-        result = tfd.launch(__file__, workers=2, timeout=cfg["timeout"], env=env, echo=False,
+        watch = (tfd.Watch(echo=False) if watched else
+                 tfd.Watch(progress=False, stall_warning=None, echo=False))
+        result = tfd.launch(__file__, workers=2, timeout=cfg["timeout"], env=env,
                             cwd=ROOT, engine=tfd.engines.Local(prepare_task=pin_tasks()),
                             watch=watch,
                             args=["--worker", "--epochs", str(cfg["epochs"]),

@@ -19,8 +19,9 @@ modules and what it may import; ``tests/python/package/test_architecture.py`` ch
 - ``watch/``: the task-to-launcher channel: progress, history, stalls, stragglers;
 - ``training/``: fit/evaluate/predict under every strategy, plain ``model.fit`` routing, the
   Keras repairs, parameter-server training, custom loops, checkpoints;
-- ``engines/``: :func:`launch`, its options (``tfd.engines.Local``/``Slurm``/``Ray``,
-  :class:`Restarts`, :class:`Watch`) and its engines, the attempt loop;
+- ``engines/``: :func:`launch`, its options (the job's shape, :class:`Scaling`; where it runs,
+  ``tfd.engines.Local``/``Slurm``/``Ray``; :class:`Restarts`, :class:`Watch`) and its engines,
+  the attempt loop;
 - ``r/``: what exists only for R (R values, R generators served from R's main thread);
 - ``testbeds/``: the host bed and a local SLURM cluster (tests, benchmarks, tutorials);
 - ``demo`` (``make demo``), ``__main__`` (``python -m tfdistributed launch ...``).
@@ -61,7 +62,7 @@ from .errors import (ArgumentTypeError, ClusterConfigError, GeneratorError, Host
 from .engines import slurm  # noqa: E402
 from .engines.launch import (PREEMPTED_EXIT_CODE, LaunchResult, TaskResult, launch,  # noqa: E402
                              run_server)
-from .engines.options import Restarts, Watch  # noqa: E402
+from .engines.options import Restarts, Scaling, Watch  # noqa: E402
 from .engines.slurm import slurm_script, tf_config_from_slurm  # noqa: E402
 from .strategies import (STRATEGY_NAMES, PowerSGD, canonical_name,  # noqa: E402
                          configure_cpu_devices, gradient_compression, make_strategy, powersgd,
@@ -92,7 +93,7 @@ __all__ = [
     "ArgumentTypeError", "ClusterConfigError", "JoinTimeoutError", "LaunchError",
     "LaunchTimeoutError", "HostLostError", "GeneratorError", "PlacementError", "ShardingError",
     "ShardingWarning", "StrategyError", "TFDistributedError", "TrainingError",
-    "LaunchResult", "PowerSGD", "Restarts", "TaskResult", "Watch",
+    "LaunchResult", "PowerSGD", "Restarts", "Scaling", "TaskResult", "Watch",
     "canonical_name", "check_loopback", "check_sharding", "clear_tf_config", "cluster_spec",
     "configure_cpu_devices", "digits_arrays", "gradient_compression", "set_gradient_compression",
     "set_bytes_per_pack", "evaluate", "fit", "global_batch_size",

@@ -1,7 +1,8 @@
 """Command line: ``python -m tfdistributed launch --workers 2 [--ps 1] [--chief]
-[--max-restarts N] [--min-workers N] [--join-timeout S] [--backend local|slurm|ray]
-[--partition P] [--gpus-per-task N|all] script [args]``: the flags given make ``launch()``'s
-option objects (``--backend slurm --partition P``: ``engine=tfd.engines.Slurm(partition=P)``;
+[--min-workers N] [--gpus-per-task N|all] [--max-restarts N] [--join-timeout S]
+[--backend local|slurm|ray] [--partition P] script [args]``: the flags given make ``launch()``'s
+option objects (``--workers 3 --min-workers 2``: ``tfd.Scaling(workers=3, min_workers=2)``;
+``--backend slurm --partition P``: ``engine=tfd.engines.Slurm(partition=P)``;
 ``--max-restarts N``: ``restarts=tfd.Restarts(max_restarts=N)``), the others keep their
 defaults.
 
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     if ns.partition is not None and ns.backend != "slurm":
         parser.error("--partition applies to --backend slurm")
     try:
-        result = launch(ns.script, chief=ns.chief, args=ns.args, **_options(ns))
+        result = launch(ns.script, args=ns.args, **_options(ns))
     except TFDistributedError as e:
         print(f"tfdistributed: {e}", file=sys.stderr)
         return 1
@@ -91,13 +92,15 @@ def _given(**values) -> dict:
 
 def _options(ns) -> dict:
     """``launch()``'s option objects from the flags: each made from the flags given only."""
-    from .engines.options import ENGINE_OPTIONS, Restarts, Watch
+    from .engines import ENGINES
+    from .engines.options import Restarts, Scaling, Watch
 
     return dict(
-        **_given(workers=ns.workers, ps=ns.ps, timeout=ns.timeout),
-        engine=ENGINE_OPTIONS[ns.backend](**_given(partition=ns.partition,
-                                                   gpus_per_task=ns.gpus_per_task)),
-        restarts=Restarts(**_given(max_restarts=ns.max_restarts, min_workers=ns.min_workers,
+        **_given(timeout=ns.timeout),
+        scaling=Scaling(**_given(workers=ns.workers, ps=ns.ps, chief=ns.chief or None,
+                                 min_workers=ns.min_workers, gpus_per_task=ns.gpus_per_task)),
+        engine=ENGINES[ns.backend](**_given(partition=ns.partition)),
+        restarts=Restarts(**_given(max_restarts=ns.max_restarts,
                                    join_timeout=ns.join_timeout)),
         watch=Watch(**_given(stall_warning=ns.stall_warning, stall_timeout=ns.stall_timeout,
                              tensorboard=ns.tensorboard,
@@ -127,20 +130,17 @@ def _report(result) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    import inspect
-
     from .cluster.join import DEFAULT_JOIN_TIMEOUT
-    from .engines.launch import launch
-    from .engines.options import DEFAULT_TIMEOUT, Restarts, Watch
+    from .engines import ENGINES
+    from .engines.options import DEFAULT_TIMEOUT, Restarts, Scaling, Watch
 
     parser = argparse.ArgumentParser(prog="python -m tfdistributed",
                                      description="Distributed TensorFlow/Keras training tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("launch", help="run a .py or .R script as a cluster: local processes on "
                                       "127.0.0.1, a SLURM job, or Ray actors")
-    shape = inspect.signature(launch).parameters
     p.add_argument("--workers", type=int, default=None,
-                   help=f"worker tasks (default {shape['workers'].default})")
+                   help=f"worker tasks (default {Scaling.workers})")
     p.add_argument("--ps", type=int, default=None, help="parameter-server tasks (needs --chief)")
     p.add_argument("--chief", action="store_true", help="add a chief task")
     p.add_argument("--timeout", type=float, default=None,
@@ -154,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--join-timeout", type=float, default=None,
                    help=f"seconds a task waits for the others to join (default "
                         f"{DEFAULT_JOIN_TIMEOUT:g}); also how long a lost node may take to answer")
-    p.add_argument("--backend", default="local", choices=("local", "slurm", "ray"),
+    p.add_argument("--backend", default="local", choices=tuple(ENGINES),
                    help="where the tasks run (default: local processes on 127.0.0.1)")
     p.add_argument("--partition", default=None, help="SLURM partition (--backend slurm)")
     p.add_argument("--gpus-per-task", type=gpu_count, default=None,

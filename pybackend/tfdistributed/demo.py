@@ -75,8 +75,9 @@ def run_cluster(workers, ps, epochs, timeout):
     import tfdistributed as tfd
 
     t0 = time.perf_counter()
-    result = tfd.launch(_cluster_task, workers=workers, ps=ps, chief=ps > 0, args=(epochs,),
-                        timeout=timeout, echo=False, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = tfd.launch(_cluster_task, tfd.Scaling(workers=workers, ps=ps, chief=ps > 0),
+                        args=(epochs,), timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "3"},
+                        watch=tfd.Watch(echo=False))
     row = dict(result.values[0])
     row["seconds"] = time.perf_counter() - t0
     return row

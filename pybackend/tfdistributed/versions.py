@@ -1,4 +1,5 @@
-"""The releases this installation supports, and the ones this environment has.
+"""The TensorFlow and Keras of this process: the releases this installation supports and the
+ones this environment has, and what runs once they are imported (:func:`after_import`).
 
 tfdistributed works with a range of TensorFlow, Keras 3 and tensorflow-datasets releases (the
 ranges are the package's own requirements, read from its installed metadata, so that they are
@@ -15,11 +16,22 @@ has not imported TensorFlow yet can ask.
     >>> import tfdistributed as tfd
     >>> tfd.versions.report()["tensorflow"]["ok"]      # doctest: +SKIP
     True
+
+tfdistributed mends TensorFlow and Keras where they fall short (the Keras repairs,
+:mod:`tfdistributed.training.compat`; the live TF_CONFIG and the join watch,
+:mod:`tfdistributed.cluster.join`), yet ``import tfdistributed`` must not import them: TF_CONFIG
+and logical devices can still be set after it. :func:`after_import` is the one import hook that
+does this for both: a function runs as soon as its package is imported, whichever of the two
+was imported first. It sits here, below ``cluster`` and ``training``, so that both can use it.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.metadata as metadata
+import importlib.util
+import sys
+import threading
 import warnings
 
 from packaging.requirements import Requirement
@@ -145,3 +157,76 @@ def warn_if_unsupported() -> None:
         return
     for warning in caught:
         warnings.warn(str(warning.message), VersionWarning, stacklevel=3)
+
+
+# -- what runs once TensorFlow or Keras is imported ---------------------------------------------
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """The import hook of :func:`after_import`: when a package it waits for is about to be
+    imported, it lets the other finders find it, and wraps its loader so that the functions
+    waiting for it run right after the package's code has run. It leaves ``sys.meta_path``
+    once nothing waits any more. An import that fails leaves the functions waiting, for the
+    next attempt to import the package."""
+
+    def __init__(self):
+        self.waiting: dict[str, list] = {}
+        self.lock = threading.RLock()
+        self.finding = threading.local()  # the names this thread is looking up (no recursion)
+
+    def find_spec(self, fullname, path=None, target=None):
+        finding = getattr(self.finding, "names", set())
+        if fullname not in self.waiting or fullname in finding:
+            return None
+        self.finding.names = finding | {fullname}
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.finding.names = finding
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_run(module):
+            exec_module(module)
+            self.run(fullname)
+
+        spec.loader.exec_module = exec_then_run
+        return spec
+
+    def run(self, name: str) -> None:
+        """Run, in the order they were given, the functions that wait for ``name``."""
+        with self.lock:
+            functions = self.waiting.pop(name, [])
+            if not self.waiting and self in sys.meta_path:
+                sys.meta_path.remove(self)
+        for function in functions:
+            function()
+
+
+_HOOK = _AfterImport()
+
+
+def imported(name: str, ready: str) -> bool:
+    """Whether the package ``name`` has been imported to the end: it is in ``sys.modules``
+    with its attribute ``ready``, which its code sets (a package being imported is in
+    ``sys.modules`` from its first line)."""
+    return hasattr(sys.modules.get(name), ready)
+
+
+def after_import(name: str, function, ready: str) -> None:
+    """Run ``function()`` once the top-level package ``name`` (``"tensorflow"``, ``"keras"``)
+    is imported: now if it is (:func:`imported` with ``ready``), else right after its import,
+    once. A function already waiting for ``name`` is not added again.
+
+    Example:
+        >>> after_import("keras", lambda: print("keras is here"), "__version__")  # doctest: +SKIP
+    """
+    if imported(name, ready):
+        function()
+        return
+    with _HOOK.lock:
+        waiting = _HOOK.waiting.setdefault(name, [])
+        if function not in waiting:
+            waiting.append(function)
+        if _HOOK not in sys.meta_path:
+            sys.meta_path.insert(0, _HOOK)

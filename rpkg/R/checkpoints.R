@@ -15,9 +15,10 @@
 #' @param model A Keras model.
 #' @param path A `.keras` file (whole model) or `.weights.h5` file (weights);
 #'   for `export_saved_model_distributed()`, a directory.
-#' @param overwrite Replace an existing file.
+#' @param overwrite Replace an existing file (left out: yes).
 #' @param strategy Strategy to load the model under, or `NULL`.
-#' @param compile Restore the compiled loss, metrics and optimizer.
+#' @param compile Restore the compiled loss, metrics and optimizer (left out:
+#'   yes).
 #' @return `save_model_distributed()` and `export_saved_model_distributed()`:
 #'   the path this process wrote, invisibly. `load_model_distributed()`: the model.
 #' @family checkpoints
@@ -32,16 +33,18 @@
 #'   plain <- load_model_distributed(path)
 #'   plain$count_params()
 #' }
-save_model_distributed <- function(model, path, overwrite = TRUE) {
-  invisible(with_backend(backend()$checkpoints$save_model(
-    model, path.expand(as_string(path)), overwrite = as_flag(overwrite))))
+save_model_distributed <- function(model, path, overwrite) {
+  invisible(with_backend(do.call(backend()$checkpoints$save_model, c(list(
+    model, path.expand(as_string(path))),
+    given_arguments(environment(), list(overwrite = optional_flag))))))
 }
 
 #' @rdname save_model_distributed
 #' @export
-load_model_distributed <- function(path, strategy = NULL, compile = TRUE) {
-  with_backend(backend()$checkpoints$load_model(
-    path.expand(as_string(path)), strategy = strategy, compile = as_flag(compile)))
+load_model_distributed <- function(path, strategy = NULL, compile) {
+  with_backend(do.call(backend()$checkpoints$load_model, c(list(
+    path.expand(as_string(path)), strategy = strategy),
+    given_arguments(environment(), list(compile = optional_flag)))))
 }
 
 #' @rdname save_model_distributed
@@ -63,7 +66,7 @@ export_saved_model_distributed <- function(model, path) {
 #'
 #' @param backup_dir Directory for the backup, on storage every worker can
 #'   read (shared storage on a real cluster); deleted when training completes.
-#' @param save_freq `"epoch"` or a number of steps between backups (as in
+#' @param save_freq `"epoch"` (left out) or a number of steps between backups (as in
 #'   Keras' own callback, which restores at the start of the epoch; for a
 #'   resume at the step, use [fit_distributed()]'s `save_freq`).
 #' @return A Keras callback.
@@ -74,7 +77,7 @@ export_saved_model_distributed <- function(model, path) {
 #'   callback <- backup_and_restore(file.path(tempdir(), "backup"))
 #'   class(callback)[[1]]
 #' }
-backup_and_restore <- function(backup_dir, save_freq = "epoch") {
-  with_backend(backend()$checkpoints$BackupAndRestore(as_path(backup_dir),
-                                                      save_freq = as_save_freq(save_freq)))
+backup_and_restore <- function(backup_dir, save_freq) {
+  with_backend(do.call(backend()$checkpoints$BackupAndRestore, c(list(as_path(backup_dir)),
+    given_arguments(environment(), list(save_freq = as_save_freq)))))
 }

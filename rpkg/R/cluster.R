@@ -45,11 +45,12 @@ as_addresses <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env
 #' Addresses are on 127.0.0.1 (TensorFlow's gRPC servers have no
 #' authentication, so local clusters never listen on other interfaces).
 #'
-#' @param workers Number of worker tasks.
-#' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
-#' @param chief Add a chief task.
+#' @param workers Number of worker tasks (left out: 2).
+#' @param ps Number of parameter-server tasks (needs `chief = TRUE`; left out:
+#'   none).
+#' @param chief Add a chief task (left out: no).
 #' @param evaluator Add an evaluator task (it evaluates what the chief saves,
-#'   outside the training cluster).
+#'   outside the training cluster; left out: no).
 #' @return A `tfdistributed_cluster` (see [tf_cluster()]).
 #' @family cluster configuration
 #' @export
@@ -58,10 +59,10 @@ as_addresses <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env
 #'   local_cluster(workers = 2)
 #'   local_cluster(workers = 2, ps = 1, chief = TRUE)
 #' }
-local_cluster <- function(workers = 2, ps = 0, chief = FALSE, evaluator = FALSE) {
-  as_tfdistributed_cluster(with_backend(backend()$local_cluster(
-    as_integer(workers), ps = as_integer(ps), chief = as_flag(chief),
-    evaluator = as_flag(evaluator))))
+local_cluster <- function(workers, ps, chief, evaluator) {
+  as_tfdistributed_cluster(with_backend(do.call(backend()$local_cluster, given_arguments(
+    environment(), list(workers = as_integer, ps = as_integer, chief = optional_flag,
+                        evaluator = optional_flag)))))
 }
 
 as_tfdistributed_cluster <- function(cluster) {
@@ -98,10 +99,10 @@ print.tfdistributed_cluster <- function(x, ...) {
 #' environment: see [set_tf_config()].
 #'
 #' @param cluster A cluster from [tf_cluster()] or [local_cluster()].
-#' @param task_type `"worker"`, `"chief"`, `"ps"` or `"evaluator"`; `NULL` for
-#'   the coordinator of a parameter-server cluster without a chief (its
-#'   TF_CONFIG has no task: TensorFlow adds it to the cluster itself).
-#' @param task_index Index of the task within its role (from 0).
+#' @param task_type `"worker"` (left out), `"chief"`, `"ps"` or `"evaluator"`;
+#'   `NULL` for the coordinator of a parameter-server cluster without a chief
+#'   (its TF_CONFIG has no task: TensorFlow adds it to the cluster itself).
+#' @param task_index Index of the task within its role (from 0; left out: 0).
 #' @return A list with `cluster` and `task`, of class `tfdistributed_tf_config`.
 #'   `format()` gives the JSON text.
 #' @family cluster configuration
@@ -112,9 +113,9 @@ print.tfdistributed_cluster <- function(x, ...) {
 #'   config
 #'   format(config)   # the JSON text
 #' }
-tf_task_config <- function(cluster, task_type = "worker", task_index = 0) {
-  config <- with_backend(backend()$tf_config(
-    cluster_to_py(cluster), as_string(task_type, allow_null = TRUE), as_integer(task_index)))
+tf_task_config <- function(cluster, task_type, task_index) {
+  config <- with_backend(do.call(backend()$tf_config, c(list(cluster_to_py(cluster)),
+                                                        task_arguments(environment()))))
   as_tfdistributed_tf_config(config)
 }
 
@@ -198,11 +199,17 @@ print.tfdistributed_tf_config <- function(x, ...) {
 #'   clear_tf_config()
 #'   get_tf_config()   # NULL: no cluster
 #' }
-set_tf_config <- function(cluster = NULL, task_type = "worker", task_index = 0, config = NULL) {
-  set <- with_backend(backend()$set_tf_config(
-    tf_config_to_py(config), cluster = cluster_to_py(cluster),
-    task_type = as_string(task_type, allow_null = TRUE), task_index = as_integer(task_index)))
+set_tf_config <- function(cluster = NULL, task_type, task_index, config = NULL) {
+  set <- with_backend(do.call(backend()$set_tf_config, c(list(
+    tf_config_to_py(config), cluster = cluster_to_py(cluster)), task_arguments(environment()))))
   invisible(as_tfdistributed_tf_config(set))
+}
+
+# `task_type` and `task_index` of the function whose frame is `env`, those it was given.
+task_arguments <- function(env) {
+  given_arguments(env, list(
+    task_type = function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call),
+    task_index = as_integer))
 }
 
 #' @rdname set_tf_config

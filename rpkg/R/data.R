@@ -53,7 +53,7 @@ shard_policy <- function(dataset) {
 #' documents `"auto"`.
 #'
 #' @inheritParams dataset_shard_policy
-#' @param num_shards Number of workers; default from TF_CONFIG.
+#' @param num_shards Number of workers (input pipelines), e.g. [num_workers()].
 #' @param policy Shard policy to check instead of the dataset's own (one of
 #'   those of [dataset_shard_policy()]).
 #' @return The policy the workers will shard by, invisibly: the one checked,
@@ -69,7 +69,7 @@ shard_policy <- function(dataset) {
 #'   # Under "auto" (the default), it is sharded by data instead.
 #'   print(check_sharding(train, num_shards = 2))
 #' }
-check_sharding <- function(dataset, num_shards = num_workers(), policy = NULL) {
+check_sharding <- function(dataset, num_shards, policy = NULL) {
   invisible(with_backend(backend()$check_sharding(
     dataset, as_integer(num_shards), as_string(policy, allow_null = TRUE))))
 }
@@ -96,17 +96,20 @@ global_batch_size <- function(per_replica, strategy = NULL) {
 #'
 #' @param x,y Inputs and targets: matrices, arrays, vectors or data frames (see
 #'   [fit_distributed()]).
-#' @param batch_size The *global* batch size: each replica gets
+#' @param batch_size The *global* batch size (required): each replica gets
 #'   `batch_size / replicas` examples per step (see [global_batch_size()]).
-#' @inheritParams fit_distributed
+#' @param shuffle Shuffle the examples (left out: not).
 #' @param seed Seed for the shuffle (`NULL`: TensorFlow's, from its global seed
 #'   when one was set). Each worker of a multi-worker job shuffles its own copy
 #'   of the arrays, so each must be given the same seed.
+#' @param sample_weight Per-example weights: the dataset yields
+#'   `(x, y, sample_weight)`.
+#' @param drop_remainder Drop the last batch when it is smaller (left out: kept).
 #' @param shard_policy The shard policy set on the returned dataset: `"auto"`,
 #'   `"file"`, `"data"`, `"off"` or `"hint"` (see [dataset_shard_policy()]).
-#'   The defaults suit the source: `"data"` for arrays held in memory, `"file"`
-#'   for sharded files (each worker reads whole files); `NULL` (the default of
-#'   [load_tfds()]) keeps the dataset's own (TensorFlow's `"auto"`).
+#'   Left out, the one that suits the source: `"data"` for arrays held in
+#'   memory, `"file"` for sharded files (each worker reads whole files); for
+#'   [load_tfds()], the dataset's own (TensorFlow's `"auto"`).
 #' @return A `tf.data.Dataset` yielding `(x, y)` batches.
 #' @family data
 #' @export
@@ -115,12 +118,14 @@ global_batch_size <- function(per_replica, strategy = NULL) {
 #'   ds <- dataset_from_arrays(matrix(runif(40), 10), 1:10, batch_size = 4)
 #'   shard_policy(ds)
 #' }
-dataset_from_arrays <- function(x, y = NULL, batch_size = 32, shuffle = FALSE, seed = NULL,
-                                shard_policy = "data") {
-  with_backend(backend()$make_dataset(
+dataset_from_arrays <- function(x, y = NULL, batch_size, shuffle, seed = NULL,
+                                sample_weight = NULL, drop_remainder, shard_policy) {
+  given <- given_arguments(environment(), list(
+    shuffle = optional_flag, drop_remainder = optional_flag,
+    shard_policy = function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call)))
+  with_backend(do.call(backend()$make_dataset, c(list(
     to_numpy(x, "x"), to_numpy(y, "y"), batch_size = as_integer(batch_size),
-    shuffle = as_flag(shuffle), seed = as_integer(seed),
-    policy = as_string(shard_policy)))
+    seed = as_integer(seed), sample_weight = to_numpy(sample_weight, "sample_weight")), given)))
 }
 
 # R data -> NumPy array with the dtype Keras expects. An R vector would become a Python list
@@ -179,11 +184,11 @@ list_to_numpy <- function(x, name, call) {
 #' several processes downloading into one directory race.
 #'
 #' @param name Dataset name, e.g. `"sklearn_digits"`.
-#' @param split Split, e.g. `"train"` or `"test"`.
+#' @param split Split, e.g. `"train"` or `"test"` (left out: `"train"`).
 #' @param data_dir Directory holding the prepared dataset.
 #' @inheritParams dataset_from_arrays
-#' @param as_supervised Yield `(input, label)` pairs.
-#' @param download Download and prepare when missing.
+#' @param as_supervised Yield `(input, label)` pairs (left out: yes).
+#' @param download Download and prepare when missing (left out: no).
 #' @param ... Passed to `tfds.load()`.
 #' @return A `tf.data.Dataset`.
 #' @family data
@@ -194,12 +199,14 @@ list_to_numpy <- function(x, name, call) {
 #'   train <- load_tfds("sklearn_digits", "train", data_dir = dir)
 #'   train$element_spec
 #' }
-load_tfds <- function(name, split = "train", data_dir = NULL, shard_policy = NULL,
-                      as_supervised = TRUE, download = FALSE, ...) {
-  with_backend(backend()$load_tfds(
-    as_string(name), as_string(split), as_string(data_dir, allow_null = TRUE),
-    as_supervised = as_flag(as_supervised), shard_policy = as_string(shard_policy, allow_null = TRUE),
-    download = as_flag(download), ...))
+load_tfds <- function(name, split, data_dir = NULL, shard_policy = NULL, as_supervised,
+                      download, ...) {
+  given <- given_arguments(environment(), list(
+    split = function(x, arg, call) as_string(x, arg, call = call),
+    as_supervised = optional_flag, download = optional_flag))
+  with_backend(do.call(backend()$load_tfds, c(list(
+    as_string(name), data_dir = as_string(data_dir, allow_null = TRUE),
+    shard_policy = as_string(shard_policy, allow_null = TRUE)), given, list(...))))
 }
 
 #' The handwritten digits (8x8) for tutorials and tests
@@ -215,7 +222,7 @@ load_tfds <- function(name, split = "train", data_dir = NULL, shard_policy = NUL
 #'
 #' @param test_fraction Fraction of images in the test split, in (0, 1).
 #' @param seed Seed of the split (a whole number, or `NULL` for a new split
-#'   each call).
+#'   each call). Left out, both are those of scikit-learn's split.
 #' @return `digits_data()`: `list(train = list(x, y), test = list(x, y))` with
 #'   `x` a `n x 8 x 8 x 1` array in \[0, 1\] and `y` integer labels 0-9.
 #' @family data
@@ -226,21 +233,21 @@ load_tfds <- function(name, split = "train", data_dir = NULL, shard_policy = NUL
 #'   dim(digits$train$x)
 #'   table(digits$train$y)
 #' }
-digits_data <- function(test_fraction = 0.25, seed = 0) {
-  arrays <- with_backend(backend()$digits_arrays(test_fraction = as_number(test_fraction),
-                                                 seed = as_integer(seed)))
+digits_data <- function(test_fraction, seed) {
+  arrays <- with_backend(do.call(backend()$digits_arrays, given_arguments(environment(), list(
+    test_fraction = as_number, seed = as_integer))))
   split <- function(pair) list(x = pair[[1]], y = as.integer(pair[[2]]))
   list(train = split(arrays[[1]]), test = split(arrays[[2]]))
 }
 
 #' @rdname digits_data
 #' @param data_dir Directory to write into (created when missing).
-#' @param num_files TFRecord files per split; use at least as many as workers
-#'   for the `"file"` shard policy.
+#' @param num_files TFRecord files per split (left out: one); use at least as
+#'   many as workers for the `"file"` shard policy.
 #' @return `write_digits_tfds()`: `data_dir`, invisibly.
 #' @export
-write_digits_tfds <- function(data_dir, num_files = 1, test_fraction = 0.25, seed = 0) {
-  invisible(with_backend(backend()$write_digits_tfds(
-    as_string(data_dir), num_files = as_integer(num_files),
-    test_fraction = as_number(test_fraction), seed = as_integer(seed))))
+write_digits_tfds <- function(data_dir, num_files, test_fraction, seed) {
+  invisible(with_backend(do.call(backend()$write_digits_tfds, c(list(as_string(data_dir)),
+    given_arguments(environment(), list(num_files = as_integer, test_fraction = as_number,
+                                        seed = as_integer))))))
 }

@@ -14,11 +14,11 @@
 #'
 #' @param data A data frame of numeric, integer, logical or factor columns
 #'   (factors are written as their 0-based codes).
-#' @param dir Directory to write into (created when missing).
-#' @param num_shards Number of files.
-#' @param format `"tfrecord"` (one `tf.train.Example` per row) or `"csv"`
-#'   (with a header line).
-#' @param prefix File name prefix.
+#' @param directory Directory to write into (created when missing).
+#' @param num_shards Number of files (left out: 2).
+#' @param format `"tfrecord"` (one `tf.train.Example` per row; left out) or
+#'   `"csv"` (with a header line).
+#' @param prefix File name prefix (left out: `"part"`).
 #' @return The file paths, invisibly.
 #' @family data
 #' @export
@@ -28,15 +28,14 @@
 #'   dir <- file.path(tempdir(), "my-data")
 #'   basename(write_dataset_shards(df, dir, num_shards = 4))
 #' }
-write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord", "csv"),
-                                 prefix = "part") {
+write_dataset_shards <- function(data, directory, num_shards, format, prefix) {
   if (!is.data.frame(data)) {
     tfd_abort("`data` must be a data frame, got ", describe(data), ".")
   }
-  dir <- as_string(dir)
-  num_shards <- as_integer(num_shards)
-  format <- match.arg(format)
-  prefix <- as_string(prefix)
+  directory <- as_string(directory)
+  string <- function(x, arg, call) as_string(x, arg, call = call)
+  given <- given_arguments(environment(), list(num_shards = as_integer, format = string,
+                                               prefix = string))
   bad <- names(data)[!vapply(data, function(col) is.numeric(col) || is.logical(col) ||
                                 is.factor(col), logical(1))]
   if (length(bad)) {
@@ -51,8 +50,7 @@ write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord
     if (is.logical(col)) col <- as.integer(col)
     reticulate::np_array(col)
   })
-  paths <- with_backend(backend()$write_shards(columns, dir, num_shards = num_shards,
-                                               format = format, prefix = prefix))
+  paths <- with_backend(do.call(backend()$write_shards, c(list(columns, directory), given)))
   invisible(as.character(unlist(paths)))
 }
 
@@ -63,16 +61,17 @@ write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord
 #' after another, in
 #' batches: `x` is a float32 matrix of the `features` columns, `y` the `label`
 #' column (int32 for integer and factor columns, float32 otherwise). The shard
-#' policy defaults to `"file"`: in a multi-worker job each worker reads whole
+#' policy is `"file"` unless you give another: in a multi-worker job each worker reads whole
 #' files, and [fit_distributed()] checks before training that there are enough
 #' of them (see [check_sharding()]). Works under every strategy, including
 #' `parameter_server`, whose workers read the files themselves.
 #'
-#' @param dir Directory written by [write_dataset_shards()].
+#' @param directory Directory written by [write_dataset_shards()].
 #' @param label Name of the target column.
 #' @inheritParams dataset_from_arrays
 #' @param features Names of the input columns; default all but `label`.
-#' @param shuffle_files Read the files in a new random order every epoch.
+#' @param shuffle_files Read the files in a new random order every epoch (left
+#'   out: no).
 #' @param seed Seed for the file order.
 #' @return A `tf.data.Dataset` yielding `(x, y)` batches.
 #' @family data
@@ -85,17 +84,17 @@ write_dataset_shards <- function(data, dir, num_shards = 2, format = c("tfrecord
 #'   train <- dataset_from_files(dir, label = "y", batch_size = 20)
 #'   train$element_spec
 #' }
-dataset_from_files <- function(dir, label, batch_size = 32, features = NULL,
-                               shuffle_files = FALSE, seed = NULL, shard_policy = "file") {
-  dir <- path.expand(as_string(dir))
+dataset_from_files <- function(directory, label, batch_size, features = NULL, shuffle_files,
+                               seed = NULL, shard_policy) {
+  directory <- path.expand(as_string(directory))
   label <- as_string(label)
-  batch_size <- as_integer(batch_size)
   if (!is.null(features) && (!is.character(features) || anyNA(features))) {
     tfd_abort("`features` must be a character vector of column names, got ", describe(features), ".")
   }
-  with_backend(backend()$read_shards(
-    dir, label, batch_size = batch_size, features = py_list(features),
-    shuffle_files = as_flag(shuffle_files), seed = as_integer(seed),
-    shard_policy = as_string(shard_policy)
-  ))
+  given <- given_arguments(environment(), list(
+    shuffle_files = optional_flag,
+    shard_policy = function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call)))
+  with_backend(do.call(backend()$read_shards, c(list(
+    directory, label, batch_size = as_integer(batch_size), features = py_list(features),
+    seed = as_integer(seed)), given)))
 }

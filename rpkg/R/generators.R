@@ -54,7 +54,8 @@
 #' discarded.
 #'
 #' @param generator A function returning the next batch (see Details).
-#' @param prefetch How many batches R may prepare ahead of training.
+#' @param prefetch How many batches R may prepare ahead of training (left out:
+#'   the backend's default, 8).
 #' @return A `tfdistributed_generator_dataset` for [fit_distributed()] and
 #'   [evaluate_distributed()].
 #' @family data
@@ -79,13 +80,15 @@
 #'                 loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE))
 #'   fit_distributed(model, gen, epochs = 2, verbose = 0)
 #' }
-dataset_from_generator <- function(generator, prefetch = 8) {
+dataset_from_generator <- function(generator, prefetch) {
   if (!is.function(generator)) {
     tfd_abort("`generator` must be an R function returning the next batch as list(x, y), got ",
           describe(generator), ".", class = "tfdistributed_generator_error")
   }
-  # The backend's feed holds `prefetch` batches: its rule, checked now rather than at fit().
-  prefetch <- with_backend(backend()$r$feed$BatchFeed$check_capacity(as_integer(prefetch)))
+  # The backend's feed holds `prefetch` batches (left out: its default): its rule, checked
+  # now rather than at fit().
+  prefetch <- with_backend(do.call(backend()$r$feed$BatchFeed$check_capacity,
+    unname(given_arguments(environment(), list(prefetch = as_integer)))))
   args <- names(formals(generator))
   known <- c("worker_index", "num_workers")
   unknown <- setdiff(args, c(known, "..."))
@@ -169,12 +172,13 @@ no_array_args <- function(what, y, batch_size, sample_weight) {
   }
 }
 
-fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_size = NULL,
+# fit_distributed()'s and evaluate_distributed()'s own arguments (serve_training() calls these
+# with the call as it was written): an argument left out is left out here too.
+fit_served <- function(model, x, y = NULL, strategy = NULL, epochs, batch_size = NULL,
                        validation_data = NULL, callbacks = NULL, shard_policy = NULL,
-                       shuffle = TRUE, seed = NULL, steps_per_epoch = NULL,
-                       sample_weight = NULL, check_shards = TRUE, backup_dir = NULL,
-                       save_freq = "epoch",
-                       verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+                       shuffle, seed = NULL, steps_per_epoch = NULL,
+                       sample_weight = NULL, check_shards, backup_dir = NULL,
+                       save_freq, verbose, ...) {
   refuse_raw_generator(x, "fit_distributed")
   no_array_args("fit_distributed", y, batch_size, sample_weight)
   if (!is.null(shard_policy)) {
@@ -187,13 +191,13 @@ fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_si
           "or a tf.data dataset, or call evaluate_distributed() with the generator after ",
           "training.", class = "tfdistributed_generator_error")
   }
-  args <- list(
-    strategy = strategy, epochs = as_integer(epochs),
-    validation_data = validation_arg(validation_data), callbacks = callbacks_arg(callbacks),
-    steps_per_epoch = as_integer(steps_per_epoch), check_shards = as_flag(check_shards),
-    backup_dir = as_path(backup_dir), save_freq = as_save_freq(save_freq),
-    verbose = as_verbose(verbose), ...
-  )
+  given <- given_arguments(environment(), list(
+    epochs = as_integer, shuffle = optional_flag, check_shards = optional_flag,
+    save_freq = as_save_freq, verbose = as_verbose))
+  args <- c(list(
+    strategy = strategy, validation_data = validation_arg(validation_data),
+    callbacks = callbacks_arg(callbacks), steps_per_epoch = as_integer(steps_per_epoch),
+    backup_dir = as_path(backup_dir)), given, verbose_option(given), list(...))
   history <- run_served(model, x, strategy, args, "fit", passes = NULL,
                         stream = !is.null(args$steps_per_epoch))
   as_tfdistributed_history(history)
@@ -201,13 +205,13 @@ fit_served <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_si
 
 evaluate_served <- function(model, x, y = NULL, strategy = NULL, batch_size = NULL,
                             shard_policy = NULL, sample_weight = NULL, steps = NULL,
-                            check_shards = TRUE,
-                            verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+                            check_shards, verbose, ...) {
   refuse_raw_generator(x, "evaluate_distributed")
   no_array_args("evaluate_distributed", y, batch_size, sample_weight)
   steps <- as_integer(steps)
-  args <- list(strategy = strategy, steps = steps, check_shards = as_flag(check_shards),
-               verbose = as_verbose(verbose), ...)
+  given <- given_arguments(environment(), list(check_shards = optional_flag,
+                                               verbose = as_verbose))
+  args <- c(list(strategy = strategy, steps = steps), given, verbose_option(given), list(...))
   # Without `steps`, evaluation is one pass: R stops calling the generator at its NULL.
   result <- run_served(model, x, strategy, args, "evaluate", passes = if (is.null(steps)) 1L,
                        stream = !is.null(steps))

@@ -16,38 +16,29 @@
 #' chief (the parameter-server coordinator) and workers and ps tasks run
 #' TensorFlow servers.
 #'
-#' Where the job runs, how it heals and what is shown of it are three
-#' objects: `engine` ([local_hosts()], [slurm()] or [ray()]), `restarts`
-#' ([restarts()]) and `watch` ([watching()]). Each is built from the
-#' arguments you give it; the others, like the arguments of `launch_cluster()`
-#' left `NULL`, take the backend's defaults (2 workers, no ps, no chief, a
-#' 15-minute timeout).
-#'
-#' The arguments of before those objects (`backend = "slurm"`,
-#' `partition = "cpu"`, `max_restarts = 2`, `stall_warning = 30`, ...) still
-#' work in this release, with a warning that gives the new spelling (here
-#' `engine = slurm(partition = "cpu")`, `restarts = restarts(max_restarts = 2)`,
-#' `watch = watching(stall_warning = 30)`); they go in the next one.
+#' The job's shape, where it runs, how it heals and what is shown of it are
+#' four objects: `scaling` ([scaling()]: workers, ps, chief, the fewest workers
+#' it goes on with, each task's GPUs), `engine` ([local_hosts()], [slurm()] or
+#' [ray()]), `restarts` ([restarts()]) and `watch` ([watching()]). Each is
+#' built from the arguments you give it; those left out, like the arguments of
+#' `launch_cluster()` left out, take the backend's defaults (2 workers, no ps,
+#' no chief, a 15-minute timeout). `launch_cluster("train.R", workers = 3)` is
+#' short for `launch_cluster("train.R", scaling(workers = 3))`.
 #'
 #' @param script Path of a `.R` or `.py` training script.
-#' @param workers Number of worker tasks.
-#' @param ps Number of parameter-server tasks (needs `chief = TRUE`).
-#' @param chief Add a chief task.
-#' @param timeout Seconds for the whole job, restarts included; then every
-#'   process is stopped. On SLURM, its running time: not its wait in the queue
-#'   (see [slurm()]).
-#' @param env Named character vector of extra environment variables for every task.
-#' @param args Command-line arguments for the script.
-#' @param echo Print each task's output as it arrives.
+#' @param scaling The job's shape: [scaling()].
+#' @param workers Number of worker tasks, for a job of workers alone (the short
+#'   form of `scaling(workers = )`; give one or the other).
 #' @param engine Where the tasks run: [local_hosts()] (this computer, the
 #'   default), [slurm()] or [ray()].
-#' @param ... The arguments of before the option objects (`backend`,
-#'   `max_restarts`, `partition`, ...), for one release.
 #' @param restarts How the job heals after a failure: [restarts()].
-#' @param watch What is shown of the job: [watching()].
-#' @param cluster The cluster to run instead of `workers`, `ps` and `chief`: a
-#'   [tf_cluster()], its addresses loopback or on the hosts of
-#'   [local_hosts()] (this computer's engine only).
+#' @param watch What is shown of the job: [watching()] (its `echo = FALSE`
+#'   prints nothing).
+#' @param env Named character vector of extra environment variables for every task.
+#' @param args Command-line arguments for the script.
+#' @param timeout Seconds for the whole job, restarts included; then every
+#'   process is stopped (left out: 15 minutes). On SLURM, its running time: not
+#'   its wait in the queue (see [slurm()]).
 #' @return A `tfdistributed_launch` object, invisibly: `$tasks` is a data frame
 #'   (`task_type`, `task_index`, `returncode`), `$output` a list of each task's
 #'   lines, `$seconds` the wall time, `$cluster` the cluster, `$backend` the
@@ -57,7 +48,7 @@
 #'   `preempted`, and `resized` when it ended because the hosts of an elastic
 #'   job changed; `NA` for the attempt that succeeded). Tasks, output and
 #'   cluster are those of the last attempt. `$sizes` is a data frame with
-#'   one row per size an elastic job (`restarts(min_workers =)`) ran at:
+#'   one row per size an elastic job (`scaling(min_workers =)`) ran at:
 #'   `attempt`, `workers`, `wanted`, `why` (`"start"`, `"lost"`, `"back"`),
 #'   `places` (the hosts or nodes that left or came), `position` (the step it
 #'   resumed from) and `seconds` (since the start); no rows for other jobs.
@@ -94,22 +85,14 @@
 #' # Not run here: it needs a SLURM cluster and a Ray cluster (the article
 #' # "Running on a cluster" starts both and runs these for real).
 #' # The same script on a SLURM cluster or on Ray, restarted up to twice:
-#' launch_cluster("train.R", workers = 4, engine = slurm(partition = "gpu"),
+#' launch_cluster("train.R", scaling(workers = 4, gpus_per_task = 1),
+#'                engine = slurm(partition = "gpu"),
 #'                restarts = restarts(max_restarts = 2))
 #' launch_cluster("train.R", workers = 2, engine = ray())
 #' }
-launch_cluster <- function(script, workers = NULL, ps = NULL, chief = NULL, timeout = NULL,
-                           env = NULL, args = NULL, echo = TRUE, engine = NULL, ...,
-                           restarts = NULL, watch = NULL, cluster = NULL) {
+launch_cluster <- function(script, scaling = NULL, workers = NULL, engine = NULL,
+                           restarts = NULL, watch = NULL, env = NULL, args = NULL, timeout) {
   script <- as_string(script)
-  echo <- as_flag(echo)
-  if (...length()) {
-    options <- old_launch_arguments(list(...), as.list(substitute(list(...)))[-1],
-                                    list(engine = engine, restarts = restarts, watch = watch))
-    engine <- options$engine
-    restarts <- options$restarts
-    watch <- options$watch
-  }
   check_named(env, example = 'c(MY_VAR = "1")')
   env_py <- if (is.null(env)) NULL else reticulate::r_to_py(as.list(vapply(env, as.character, "")))
   if (!is.null(args) && (!is.atomic(args) || anyNA(args))) {
@@ -117,20 +100,17 @@ launch_cluster <- function(script, workers = NULL, ps = NULL, chief = NULL, time
   }
   engine <- with_rscript(if (is.null(engine)) local_hosts() else engine)
   watch <- with_progress_mode(if (is.null(watch)) watching() else watch)
-  # Output is relayed through an R function called on R's own thread, so cat() output is
-  # captured by knitr and sink(); Python's own echo would bypass them.
-  console <- if (echo) console_writer() else NULL
+  console <- if (echoes(watch)) console_writer() else NULL
   on.exit(if (!is.null(console)) console$close(), add = TRUE)
   # Rscript tasks find this package where this session does.
   env_py <- merge_env(env_py, R_LIBS = paste(.libPaths(), collapse = .Platform$path.sep))
-  # What is left NULL is not passed on: the backend's default applies.
-  given <- Filter(Negate(is.null), list(
-    workers = as_integer(workers), ps = as_integer(ps),
-    chief = as_flag(chief, allow_null = TRUE), timeout = as_number(timeout),
-    cluster = if (!is.null(cluster)) cluster_to_py(cluster), restarts = restarts))
+  # What is left out is not passed on: the backend's default applies.
+  given <- c(Filter(Negate(is.null), list(scaling = scaling, workers = as_integer(workers),
+                                          restarts = restarts)),
+             given_arguments(environment(), list(timeout = as_number)))
   arguments <- c(list(normalizePath(script, mustWork = FALSE)), given, list(
-    env = env_py, args = py_list(as.character(args)), on_output = console$write, echo = FALSE,
-    engine = engine, watch = watch))
+    env = env_py, args = py_list(as.character(args)), engine = engine,
+    watch = relayed_by_r(watch, console)))
   result <- with_backend(do.call(backend()$launch, arguments))
   launch_result(result, engine$name)
 }
@@ -152,47 +132,24 @@ with_progress_mode <- function(watch) {
   with_backend(watch$replace(progress = if (interactive()) "live" else "lines"))
 }
 
-# launch_cluster()'s arguments of before the option objects (backend =, max_restarts =,
-# partition =...), kept for one release: the backend says which object holds each one now
-# (tfdistributed/engines/deprecated.py), R's constructors build it from the values given, and the
-# call warns once with the new spelling, written from the call's own expressions.
-old_launch_arguments <- function(old, expressions, objects, call = rlang::caller_env()) {
-  check_named(old, "...", what = "named arguments",
-              example = "restarts = restarts(max_restarts = 2)", call = call)
-  groups <- with_backend(backend()$engines$regroup(py_list(names(old)), old[["backend"]]),
-                         call = call)
-  makers <- list(engine = switch(groups$engine, local = "local_hosts", slurm = "slurm",
-                                 ray = "ray"),
-                 restarts = "restarts", watch = "watching")
-  spelled <- character()
-  for (group in names(makers)) {
-    moved <- unlist(groups[[if (group == "engine") "engine_fields" else group]])
-    if (!length(moved) && !(group == "engine" && !is.null(old[["backend"]]))) {
-      next
-    }
-    if (!is.null(objects[[group]])) {
-      tfd_abort(paste0("`", if (length(moved)) names(moved) else "backend", "`", collapse = ", "),
-                " and `", group, "` were both given: give the option in ", group, " = ",
-                makers[[group]], "(...) only.", call = call)
-    }
-    values <- stats::setNames(old[names(moved)], unname(moved))
-    objects[[group]] <- do.call(makers[[group]], values)
-    texts <- vapply(names(moved), function(name) {
-      paste(moved[[name]], "=", paste(deparse(expressions[[name]]), collapse = " "))
-    }, "")
-    spelled <- c(spelled, sprintf("%s = %s(%s)", group, makers[[group]],
-                                  paste(texts, collapse = ", ")))
+# Whether the job's lines are to be printed: the watch's `echo` (Python's default unless given).
+echoes <- function(watch) {
+  is_py(watch) && reticulate::py_has_attr(watch, "echo") && isTRUE(watch$echo)
+}
+
+# The job's lines reach R's console through cat() on R's own thread, so that knitr and sink()
+# capture them (Python's print() would bypass them): Python's echo is turned off, and R's
+# `console` writer, then the watch's own `on_output`, get each line.
+relayed_by_r <- function(watch, console) {
+  if (!is_py(watch) || !reticulate::py_has_attr(watch, "on_output")) {
+    return(watch)
   }
-  given <- vapply(names(old), function(name) {
-    paste(name, "=", paste(deparse(expressions[[name]]), collapse = " "))
-  }, "")
-  warning(structure(class = c("tfdistributed_deprecated", "deprecatedWarning", "warning",
-                              "condition"),
-    list(message = paste0("launch_cluster(", paste(given, collapse = ", "), "): these ",
-                          "arguments are deprecated and go in the next release; use ",
-                          paste(spelled, collapse = ", "), "."),
-         call = rlang::frame_call(call))))
-  objects
+  theirs <- watch$on_output
+  write <- function(line) {
+    if (!is.null(console)) console$write(line)
+    if (!is.null(theirs)) theirs(line)
+  }
+  with_backend(watch$replace(echo = FALSE, on_output = write))
 }
 
 # The R object of a Python LaunchResult.

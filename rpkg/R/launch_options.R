@@ -2,14 +2,76 @@
 # backend, which holds every default and every rule), built from only the arguments the caller
 # gave. An argument left out is not passed on, so Python's default applies; none is typed here.
 
+#' The shape of a job: its tasks, the fewest workers it goes on with, its GPUs
+#'
+#' What [launch_cluster()] runs: `workers` worker tasks, `ps` parameter
+#' servers and a chief; checked once, here, so a mistake is an R error naming
+#' the fix before anything starts. `launch_cluster("train.R", workers = 3)` is
+#' short for `launch_cluster("train.R", scaling(workers = 3))`.
+#'
+#' With `min_workers`, a job goes on with fewer workers when hosts it runs on
+#' are gone for good: `workers` is the size the job wants, `min_workers` the
+#' fewest it trains with. It needs places that can be lost: hosts of
+#' [local_hosts()] (with a `cluster`), or [slurm()] or [ray()] nodes. After a
+#' failure, a host that does not answer within the join timeout
+#' ([restarts()]) is lost: the job restarts on the others from its backup,
+#' with the same global batch and learning rate, at the most workers over
+#' which the global batch splits evenly. A lost host is probed in the
+#' background; when it answers again, the job grows back at its next backup.
+#' These restarts do not count in `max_restarts`. Without `min_workers`, a lost
+#' host ends the job with an error of class `tfdistributed_host_lost_error`
+#' naming it. The article "Jobs that heal themselves" tells the whole story.
+#'
+#' With `gpus_per_task`, each task that trains gets that many GPUs: on this
+#' computer its share in its `CUDA_VISIBLE_DEVICES` (left out: the GPUs R's
+#' process may use, its `CUDA_VISIBLE_DEVICES` or those `nvidia-smi -L` lists,
+#' split evenly among the tasks that train; `"all"`: every task sees every
+#' GPU); on SLURM `#SBATCH --gpus-per-task` (every task, parameter servers
+#' too; left out: none asked for); on Ray the actors' `num_gpus` (left out:
+#' none). Parameter servers, and a parameter-server job's chief, get none on
+#' this computer and on Ray. Asking for more GPUs than there are is an error
+#' naming the fix. The article "GPUs" tells the whole story; no GPU run has
+#' been measured yet.
+#'
+#' An argument left out takes the backend's default.
+#'
+#' @param workers Number of worker tasks (left out: 2).
+#' @param ps Number of parameter-server tasks (needs `chief = TRUE`: the script
+#'   runs as the chief, the coordinator; left out: none).
+#' @param chief Add a chief task (left out: no).
+#' @param min_workers The fewest workers the job goes on with when hosts are
+#'   gone for good (left out: every one is needed). Multi-worker jobs only.
+#' @param gpus_per_task GPUs each task that trains gets: a whole number (`0`
+#'   hides every GPU), or `"all"` (this computer only).
+#' @param cluster The cluster to run instead of `workers`, `ps` and `chief`: a
+#'   [tf_cluster()], its addresses loopback or on the hosts of
+#'   [local_hosts()] (this computer's engine only); its counts are the job's.
+#' @return The shape (a Python `tfdistributed.Scaling`), for
+#'   `launch_cluster(scaling = )`.
+#' @family launching
+#' @export
+#' @examples
+#' if (backend_available()) {
+#'   scaling(workers = 3, min_workers = 2)
+#'   scaling(workers = 2, ps = 1, chief = TRUE)
+#'   scaling(workers = 2, gpus_per_task = 1)   # one GPU per task
+#'   try(scaling(workers = 2, ps = 1))          # the error names the fix
+#' }
+scaling <- function(workers, ps, chief, min_workers, gpus_per_task, cluster) {
+  with_backend(do.call(backend()$Scaling, given_arguments(environment(), list(
+    workers = as_integer, ps = as_integer, chief = optional_flag, min_workers = as_integer,
+    gpus_per_task = gpus_option,
+    cluster = function(x, arg, call) cluster_to_py(x, call = call)))))
+}
+
 #' Where a job runs: this computer, or hosts of your own
 #'
 #' The engine of [launch_cluster()] that runs each task as a process on this
 #' computer, at free ports of 127.0.0.1 (the default engine), or on hosts you
 #' set up yourself.
 #'
-#' With `hosts`, the job's `cluster` ([tf_cluster()]) may name addresses on
-#' those hosts: each task whose address is on one of them runs behind that
+#' With `hosts`, the job's `scaling(cluster = )` ([tf_cluster()]) may name
+#' addresses on those hosts: each task whose address is on one of them runs behind that
 #' host's command (`c("ip", "netns", "exec", "ns0")` for a network namespace,
 #' `c("ssh", "node1")` has the same shape), with the task's environment (`ip
 #' netns exec` keeps it; a remote shell does not). An address on no host, and
@@ -28,11 +90,11 @@
 #' On a computer with GPUs, each task that trains gets its share of them in its
 #' `CUDA_VISIBLE_DEVICES`: the GPUs R's process may use (its
 #' `CUDA_VISIBLE_DEVICES`, else those `nvidia-smi -L` lists) split evenly
-#' among the tasks (fewer GPUs than tasks: one each, shared), or `gpus_per_task`
-#' each. Parameter servers, and a parameter-server job's chief, get none. Tasks
-#' given GPUs start the usual way, not warm. No GPU found and no
-#' `gpus_per_task`: nothing changes. The article "GPUs" tells the whole story;
-#' no GPU run has been measured yet.
+#' among the tasks (fewer GPUs than tasks: one each, shared), or
+#' `scaling(gpus_per_task = )` each. Parameter servers, and a parameter-server
+#' job's chief, get none. Tasks given GPUs start the usual way, not warm. No
+#' GPU found and no `gpus_per_task`: nothing changes. The article "GPUs" tells
+#' the whole story; no GPU run has been measured yet.
 #'
 #' An argument left out takes the backend's default.
 #'
@@ -41,10 +103,6 @@
 #' @param warm_start `TRUE` to fork each task from a warm process, `FALSE`
 #'   not to; `NULL` (the default): as the environment variable
 #'   `TFDISTRIBUTED_WARM_START` says (`"1"`: on).
-#' @param gpus_per_task GPUs each task that trains gets: a whole number (`0`
-#'   hides every GPU), or `"all"` (every task sees every GPU); left out, the
-#'   GPUs split evenly. Asking for more GPUs than there are is an error naming
-#'   the fix.
 #' @param ... Other fields of the Python object `tfd$engines$Local` (e.g.
 #'   `python`, the Python that runs a `.py` script), passed on as they are.
 #' @return The engine (a Python `tfdistributed.engines.Local`), for
@@ -54,16 +112,15 @@
 #' @examples
 #' if (backend_available()) {
 #'   local_hosts(warm_start = TRUE)
-#'   local_hosts(gpus_per_task = 1)   # one GPU of this computer per task
 #'   # Two network namespaces as two hosts (needs root; see the article
 #'   # "Clusters and networks"):
 #'   local_hosts(hosts = list("10.77.0.2" = c("ip", "netns", "exec", "ns0"),
 #'                            "10.77.0.3" = c("ip", "netns", "exec", "ns1")))
 #' }
-local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
-  engine_options("Local", given_arguments(environment(), list(
+local_hosts <- function(hosts, warm_start, ...) {
+  engine_options(backend()$engines$Local, given_arguments(environment(), list(
     hosts = function(x, arg, call) if (is.null(x)) NULL else hosts_to_py(x, call = call),
-    warm_start = optional_flag, gpus_per_task = gpus_option)), list(...))
+    warm_start = optional_flag)), list(...))
 }
 
 #' Where a job runs: a SLURM job
@@ -74,7 +131,7 @@ local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
 #' interrupt. The job's directory must be on storage this computer and the
 #' nodes share. The training script itself does not change.
 #'
-#' With `gpus_per_task`, SLURM gives each task GPUs of its own
+#' With `scaling(gpus_per_task = )`, SLURM gives each task GPUs of its own
 #' (`#SBATCH --gpus-per-task`) and sets its `CUDA_VISIBLE_DEVICES`; every task
 #' of the job gets them, parameter servers too.
 #'
@@ -94,8 +151,6 @@ local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
 #'   R session was lost, which cannot cancel it.
 #' @param sbatch_args,srun_args More `sbatch` and `srun` options, e.g.
 #'   `"--constraint=a100"`.
-#' @param gpus_per_task GPUs of its own for each task, a whole number
-#'   (`sbatch --gpus-per-task`); left out, none are asked for.
 #' @param job_name The job's name (`sbatch --job-name`).
 #' @param directory The job's directory, on shared storage; left out, a new
 #'   directory under the working directory, removed afterwards.
@@ -111,18 +166,18 @@ local_hosts <- function(hosts, warm_start, gpus_per_task, ...) {
 #' @export
 #' @examples
 #' if (backend_available()) {
-#'   slurm(partition = "gpu", time = "02:00:00", gpus_per_task = 1)
+#'   slurm(partition = "gpu", time = "02:00:00")
 #' }
-slurm <- function(partition, time, sbatch_args, srun_args, gpus_per_task, job_name, directory,
-                  keep_files, queue_timeout, ...) {
+slurm <- function(partition, time, sbatch_args, srun_args, job_name, directory, keep_files,
+                  queue_timeout, ...) {
   string <- function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call)
   options <- function(x, arg, call) py_list(as.character(x))
-  engine_options("Slurm", given_arguments(environment(), list(
+  engine_options(backend()$engines$Slurm, given_arguments(environment(), list(
     partition = string,
     time = function(x, arg, call) {
       if (is.numeric(x)) as_number(x, arg, call) else string(x, arg, call)
     },
-    sbatch_args = options, srun_args = options, gpus_per_task = gpus_option, job_name = string,
+    sbatch_args = options, srun_args = options, job_name = string,
     directory = function(x, arg, call) if (is.null(x)) NULL else path.expand(string(x, arg, call)),
     keep_files = optional_flag, queue_timeout = as_number)), list(...))
 }
@@ -134,9 +189,10 @@ slurm <- function(partition, time, sbatch_args, srun_args, gpus_per_task, job_na
 #' local Ray started for the job and shut down after it. Script paths (and the
 #' working directory) must exist on every node.
 #'
-#' With `gpus_per_task`, the actor of each task that trains asks Ray for that
-#' many GPUs (`num_gpus`), and Ray sets its `CUDA_VISIBLE_DEVICES`; parameter
-#' servers, and a parameter-server job's chief, ask for none.
+#' With `scaling(gpus_per_task = )`, the actor of each task that trains asks
+#' Ray for that many GPUs (`num_gpus`), and Ray sets its
+#' `CUDA_VISIBLE_DEVICES`; parameter servers, and a parameter-server job's
+#' chief, ask for none.
 #'
 #' An argument left out takes the backend's default.
 #'
@@ -144,8 +200,6 @@ slurm <- function(partition, time, sbatch_args, srun_args, gpus_per_task, job_na
 #'   a local Ray.
 #' @param ray_options Options of every task's actor, a named list such as
 #'   `list(num_cpus = 2)`.
-#' @param gpus_per_task GPUs for each task that trains, a whole number (the
-#'   actors' `num_gpus`); left out, none are asked for.
 #' @param ... Other fields of the Python object `tfd$engines$Ray`, passed on as
 #'   they are.
 #' @return The engine (a Python `tfdistributed.engines.Ray`), for
@@ -155,19 +209,18 @@ slurm <- function(partition, time, sbatch_args, srun_args, gpus_per_task, job_na
 #' @examples
 #' if (backend_available()) {
 #'   ray(ray_options = list(num_cpus = 1))
-#'   ray(gpus_per_task = 1)
 #' }
-ray <- function(address, ray_options, gpus_per_task, ...) {
-  engine_options("Ray", given_arguments(environment(), list(
+ray <- function(address, ray_options, ...) {
+  engine_options(backend()$engines$Ray, given_arguments(environment(), list(
     address = function(x, arg, call) as_string(x, arg, allow_null = TRUE, call = call),
     ray_options = function(x, arg, call) {
       check_named(x, arg, what = "a named list of actor options",
                   example = "list(num_cpus = 2)", call = call)
       if (is.null(x) || is_py(x)) x else reticulate::r_to_py(as.list(x))
-    }, gpus_per_task = gpus_option)), list(...))
+    })), list(...))
 }
 
-#' How a job heals: restarts, and hosts that come and go
+#' How a job heals: restarts
 #'
 #' The restart policy of [launch_cluster()]. After a task fails or is
 #' preempted (exit status 75 after a SIGTERM, see [fit_distributed()]'s
@@ -179,42 +232,32 @@ ray <- function(address, ray_options, gpus_per_task, ...) {
 #' in the script's [fit_distributed()], a restarted job resumes from its last
 #' backup.
 #'
-#' With `min_workers`, a job goes on with fewer workers when hosts it runs on
-#' are gone for good: the `workers` of [launch_cluster()] is the size the job
-#' wants, `min_workers` the fewest it trains with. It needs places that can be
-#' lost: hosts of [local_hosts()] (with a `cluster`), or [slurm()] or [ray()]
-#' nodes. After a failure, a host that does not answer within the join timeout
-#' is lost: the job restarts on the others from its backup, with the same
-#' global batch and learning rate, at the most workers over which the global
-#' batch splits evenly. A lost host is probed in the background; when it
-#' answers again, the job grows back at its next backup. These restarts do not
-#' count in `max_restarts`. Without `min_workers`, a lost host ends the job
-#' with an error of class `tfdistributed_host_lost_error` naming it.
+#' A job that goes on with fewer workers when hosts it runs on are gone for
+#' good is a job of a shape: `scaling(min_workers = )` ([scaling()]); the join
+#' timeout here is how long a lost host may take to answer.
 #'
 #' An argument left out takes the backend's default. The article "Jobs that
 #' heal themselves" tells the whole story.
 #'
 #' @param max_restarts How many times the whole job is started again after a
 #'   failure (left out: none).
-#' @param min_workers The fewest workers the job goes on with when hosts are
-#'   gone for good (left out: every one is needed).
 #' @param join_timeout Seconds each task waits for the others to join its
 #'   strategy (meanwhile it names those it waits for), then fails with an
 #'   error naming them; also how long a lost host may take to answer.
-#' @param grace Seconds between SIGTERM and SIGKILL when tasks are stopped.
+#' @param grace Seconds between SIGTERM and SIGKILL when tasks are stopped
+#'   (left out: 5).
 #' @return The policy (a Python `tfdistributed.Restarts`), for
 #'   `launch_cluster(restarts = )`.
 #' @family launching
 #' @export
 #' @examples
 #' if (backend_available()) {
-#'   restarts(max_restarts = 3, min_workers = 2)
+#'   restarts(max_restarts = 3, join_timeout = 120)
 #'   try(restarts(max_restarts = -1))
 #' }
-restarts <- function(max_restarts, min_workers, join_timeout, grace) {
+restarts <- function(max_restarts, join_timeout, grace) {
   with_backend(do.call(backend()$Restarts, given_arguments(environment(), list(
-    max_restarts = as_integer, min_workers = as_integer, join_timeout = as_number,
-    grace = as_number))))
+    max_restarts = as_integer, join_timeout = as_number, grace = as_number))))
 }
 
 #' What is shown of a running job
@@ -243,6 +286,10 @@ restarts <- function(max_restarts, min_workers, join_timeout, grace) {
 #'   each task's examples/s and the restarts (`job/`).
 #' @param show_all Also print each task's Keras progress lines and
 #'   TensorFlow's start-up lines (always kept in the job's `$output`).
+#' @param echo Print the job's lines to R's console (left out: yes); `FALSE`
+#'   prints nothing, and the lines are still in the job's `$output`.
+#' @param on_output An R function called with each of the job's lines (a
+#'   string), on R's own thread, as they arrive.
 #' @return What to show (a Python `tfdistributed.Watch`), for
 #'   `launch_cluster(watch = )`.
 #' @family launching
@@ -251,26 +298,24 @@ restarts <- function(max_restarts, min_workers, join_timeout, grace) {
 #' if (backend_available()) {
 #'   watching(stall_warning = 120, tensorboard = file.path(tempdir(), "logs"))
 #'   watching(progress = FALSE, stall_warning = NULL)
+#'   watching(echo = FALSE, on_output = function(line) message(line))
 #' }
-watching <- function(progress, stall_warning, stall_timeout, tensorboard, show_all) {
+watching <- function(progress, stall_warning, stall_timeout, tensorboard, show_all, echo,
+                     on_output) {
   with_backend(do.call(backend()$Watch, given_arguments(environment(), list(
     progress = function(x, arg, call) x, stall_warning = as_number, stall_timeout = as_number,
     tensorboard = function(x, arg, call) {
       if (is.null(x)) NULL else path.expand(as_string(x, arg, call = call))
     },
-    show_all = optional_flag))))
+    show_all = optional_flag, echo = optional_flag,
+    on_output = function(x, arg, call) {
+      if (!is.null(x) && !is.function(x) && !is_py(x)) {
+        tfd_abort("`on_output` must be a function of one line, got ", describe(x), ".",
+                  call = call)
+      }
+      x
+    }))))
 }
-
-# The arguments of the constructor whose frame is `env` that its caller gave (missing() is
-# FALSE), each converted by its function in `converters` (value, name, call); the others are
-# left out, so that the backend's default applies.
-given_arguments <- function(env, converters) {
-  given <- Filter(function(name) !eval(call("missing", as.name(name)), env), names(converters))
-  values <- lapply(given, function(name) converters[[name]](get(name, envir = env), name, env))
-  stats::setNames(values, given)
-}
-
-optional_flag <- function(x, arg, call) as_flag(x, arg, allow_null = TRUE, call = call)
 
 # `gpus_per_task`: "all" as it is (the backend says which engines take it), a number as an
 # integer (R's whole doubles such as 1 accepted; 1.5 an error naming the fix).
@@ -278,9 +323,9 @@ gpus_option <- function(x, arg = "gpus_per_task", call = rlang::caller_env()) {
   if (is.character(x)) as_string(x, arg, call = call) else as_integer(x, arg, call = call)
 }
 
-engine_options <- function(class, given, more, call = rlang::caller_env()) {
+# The engine `engine` (a Python class of tfd$engines) made from the arguments given.
+engine_options <- function(engine, given, more, call = rlang::caller_env()) {
   check_named(more, "...", what = "named fields of the engine", example = 'python = "python3"',
               call = call)
-  with_backend(do.call(reticulate::py_get_attr(backend()$engines, class), c(given, more)),
-               call = call)
+  with_backend(do.call(engine, c(given, more)), call = call)
 }

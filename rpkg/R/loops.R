@@ -54,8 +54,9 @@ make_eval_step <- function(model, loss, strategy, global_batch_size) {
 #'   size (drop the remainder: a short last batch is divided by the full size).
 #' @return `train_loop()`: the mean loss of each epoch (numeric vector).
 #' @export
-train_loop <- function(model, dataset, loss, optimizer, strategy, global_batch_size, epochs = 1) {
-  unlist(with_backend(backend()$loops$train_loop(
+train_loop <- function(model, dataset, loss, optimizer, strategy, global_batch_size, epochs) {
+  unlist(with_backend(do.call(backend()$loops$train_loop, c(list(
     model, dataset, loss = loss, optimizer = optimizer, strategy = strategy,
-    global_batch_size = as_integer(global_batch_size), epochs = as_integer(epochs))))
+    global_batch_size = as_integer(global_batch_size)),
+    given_arguments(environment(), list(epochs = as_integer))))))
 }

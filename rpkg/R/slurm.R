@@ -38,25 +38,21 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 
 #' A SLURM batch script that runs a training script as a cluster
 #'
-#' The text of an `sbatch` script that runs `script` as a job of `workers`
-#' (+ `ps` + chief) tasks, each with its TF_CONFIG, built from SLURM's
-#' environment as [tf_config_from_slurm()] shows it. `writeLines()` it to a
+#' The text of an `sbatch` script that runs `script` as a job of the shape
+#' `scaling` ([scaling()]: its workers, ps and chief, and each task's GPUs,
+#' `#SBATCH --gpus-per-task`), each task with its TF_CONFIG, built from
+#' SLURM's environment as [tf_config_from_slurm()] shows it. `writeLines()` it to a
 #' file and submit it with `sbatch`, or let
 #' `launch_cluster(script, engine = slurm())` do both and follow the job.
 #'
 #' @inheritParams launch_cluster
-#' @param ps Number of parameter-server tasks; with `ps > 0` the job also gets
-#'   a chief (the coordinator, which runs `script`), as if `chief = TRUE`.
 #' @param preemption_notice With a `time_limit`, seconds before it at which
-#'   SLURM sends the tasks SIGTERM (`--signal`): a script whose
+#'   SLURM sends the tasks SIGTERM (`--signal`; left out: 120): a script whose
 #'   [fit_distributed()] has a `backup_dir` backs up and exits with status 75.
 #'   `NULL`: no notice.
 #' @param requeue Let SLURM requeue the job (`--requeue`), and requeue it when
 #'   its tasks stopped on a preemption notice (status 75), so that it resumes
-#'   from its backup by itself.
-#' @param gpus_per_task GPUs of its own for each task, a whole number
-#'   (`#SBATCH --gpus-per-task`; SLURM sets each task's
-#'   `CUDA_VISIBLE_DEVICES`); `NULL`: none asked for.
+#'   from its backup by itself (left out: yes).
 #' @param ... Options of the batch script: `partition`,
 #'   `time_limit` (minutes), `sbatch_args`, `srun_args`, `job_name`,
 #'   `directory`, `env`.
@@ -69,12 +65,13 @@ tf_config_from_slurm <- function(port_base = NULL, ps = NULL, chief = NULL) {
 #'   writeLines("library(tfdistributed)", script)
 #'   cat(slurm_script(script, workers = 2, partition = "cpu"))
 #' }
-slurm_script <- function(script, workers = 2, ps = 0, chief = FALSE, args = NULL,
-                         preemption_notice = 120, requeue = TRUE, gpus_per_task = NULL, ...) {
-  with_backend(backend()$slurm$slurm_script(
-    normalizePath(as_string(script), mustWork = FALSE), workers = as_integer(workers),
-    ps = as_integer(ps), chief = as_flag(chief), args = py_list(as.character(args)),
-    rscript = file.path(R.home("bin"), "Rscript"),
-    preemption_notice = as_integer(preemption_notice), requeue = as_flag(requeue),
-    gpus_per_task = if (is.null(gpus_per_task)) NULL else gpus_option(gpus_per_task), ...))
+slurm_script <- function(script, scaling = NULL, workers = NULL, args = NULL,
+                         preemption_notice, requeue, ...) {
+  with_backend(do.call(backend()$slurm$slurm_script, c(list(
+    normalizePath(as_string(script), mustWork = FALSE), scaling = scaling,
+    workers = as_integer(workers), args = py_list(as.character(args)),
+    rscript = file.path(R.home("bin"), "Rscript")),
+    given_arguments(environment(), list(preemption_notice = as_integer,
+                                        requeue = optional_flag)),
+    list(...))))
 }

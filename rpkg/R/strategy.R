@@ -25,7 +25,7 @@
 #' `communication_options` names another implementation. No GPU run has been
 #' measured yet (the article "GPUs" on the site).
 #'
-#' @param name Strategy name (see Details).
+#' @param name Strategy name (see Details); left out, `"auto"`.
 #' @param devices Device string(s) for `one_device`, `mirrored` and
 #'   `central_storage`, e.g. `c("/cpu:0", "/cpu:1")`.
 #' @param num_cpu_devices Split the CPU into this many logical devices first, so
@@ -78,11 +78,12 @@
 #'   # A misspelt name is an R error with the closest valid one:
 #'   try(distribute_strategy("mirorred"))
 #' }
-distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices = NULL,
+distribute_strategy <- function(name, devices = NULL, num_cpu_devices = NULL,
                                 gradient_compression = NULL, ..., join_timeout = NULL,
                                 bytes_per_pack = NULL) {
-  strategy <- with_backend(backend()$make_strategy(
-    as_string(name),
+  named <- given_arguments(environment(), list(
+    name = function(x, arg, call) as_string(x, arg, call = call)))
+  strategy <- with_backend(do.call(backend()$make_strategy, c(unname(named), list(
     devices = if (is.character(devices)) py_list(devices) else devices,
     num_cpu_devices = as_integer(num_cpu_devices),
     gradient_compression = if (is_py(gradient_compression)) {
@@ -91,9 +92,7 @@ distribute_strategy <- function(name = "auto", devices = NULL, num_cpu_devices =
       as_string(gradient_compression, allow_null = TRUE)
     },
     join_timeout = as_number(join_timeout),
-    bytes_per_pack = as_integer(bytes_per_pack),
-    ...
-  ))
+    bytes_per_pack = as_integer(bytes_per_pack)), list(...))))
   as_tfdistributed_strategy(strategy)
 }
 
@@ -129,16 +128,18 @@ as_tfdistributed_strategy <- function(strategy) {
 #' later epochs make up.
 #'
 #' @param rank The rank of each matrix's approximation (a whole number >= 1;
-#'   DDP's default is 1). Higher: more bytes, closer to the full gradient.
+#'   left out, 4; DDP's default is 1). Higher: more bytes, closer to the full
+#'   gradient.
 #' @param warmup_steps Steps of plain 32-bit all-reduce before compression
-#'   starts (a whole number >= 0; DDP's `start_powerSGD_iter`, 1000).
+#'   starts (a whole number >= 0; left out, 1000, as DDP's
+#'   `start_powerSGD_iter`).
 #' @param min_compression_rate A matrix goes low-rank only when that divides
-#'   its bytes by at least this much (a number >= 1; DDP's 2); else it is sent
-#'   whole.
+#'   its bytes by at least this much (a number >= 1; left out, 2, as DDP);
+#'   else it is sent whole.
 #' @param error_feedback Add what compression dropped to the next step's
-#'   gradient (`TRUE`, as DDP).
-#' @param warm_start Start each step from the last step's `Q` matrices (`TRUE`,
-#'   as DDP); `FALSE` draws new ones every step.
+#'   gradient (left out: `TRUE`, as DDP).
+#' @param warm_start Start each step from the last step's `Q` matrices (left
+#'   out: `TRUE`, as DDP); `FALSE` draws new ones every step.
 #' @return The options (a Python object) for `gradient_compression`.
 #' @seealso [distribute_strategy()]
 #' @family strategies
@@ -150,15 +151,10 @@ as_tfdistributed_strategy <- function(strategy) {
 #'   try(powersgd(rank = 0))
 #'   try(distribute_strategy("mirrored", gradient_compression = powersgd()))
 #' }
-powersgd <- function(rank = 4, warmup_steps = 1000, min_compression_rate = 2,
-                     error_feedback = TRUE, warm_start = TRUE) {
-  with_backend(backend()$powersgd(
-    rank = as_integer(rank),
-    warmup_steps = as_integer(warmup_steps),
-    min_compression_rate = as_number(min_compression_rate),
-    error_feedback = as_flag(error_feedback),
-    warm_start = as_flag(warm_start)
-  ))
+powersgd <- function(rank, warmup_steps, min_compression_rate, error_feedback, warm_start) {
+  with_backend(do.call(backend()$powersgd, given_arguments(environment(), list(
+    rank = as_integer, warmup_steps = as_integer, min_compression_rate = as_number,
+    error_feedback = optional_flag, warm_start = optional_flag))))
 }
 
 #' Describe a strategy: kind, replicas, devices, workers

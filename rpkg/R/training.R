@@ -22,7 +22,7 @@
 #' @param y Targets (arrays only).
 #' @param strategy A strategy from [distribute_strategy()] (or any
 #'   `tf.distribute.Strategy`); default the one the model was built under.
-#' @param epochs Number of epochs to train.
+#' @param epochs Number of epochs to train (left out: 1).
 #' @param batch_size Global batch size (arrays only): each replica gets
 #'   `batch_size / replicas` examples per step, so it must divide evenly over
 #'   the replicas, see [global_batch_size()].
@@ -36,7 +36,7 @@
 #' @param callbacks A Keras callback or a list of them.
 #' @param shard_policy How a multi-worker job splits the data (`"data"` for
 #'   arrays by default); see [dataset_shard_policy()].
-#' @param shuffle Shuffle arrays every epoch.
+#' @param shuffle Shuffle arrays every epoch (left out: yes).
 #' @param seed Seed for the shuffle. In a multi-worker job every worker must
 #'   shuffle alike: without a `seed`, a script that set TensorFlow's global
 #'   seed (e.g. `keras$utils$set_random_seed(1L)`) shuffles as it would on one
@@ -46,7 +46,8 @@
 #'   other batches than Keras' own `model$fit(shuffle = TRUE)`.)
 #' @param steps_per_epoch Steps per epoch (needed for infinite datasets).
 #' @param sample_weight Per-example weights (arrays only).
-#' @param check_shards Check that a dataset can be sharded before training.
+#' @param check_shards Check that a dataset can be sharded before training
+#'   (left out: yes).
 #' @param backup_dir A directory every worker can read (shared storage on a
 #'   real cluster): the chief backs training up there, and a job started again
 #'   (by hand, or by [launch_cluster()]'s [restarts()]) resumes from the last
@@ -54,13 +55,14 @@
 #'   backup directory, a SIGTERM (the preemption notice of SLURM, Kubernetes or
 #'   a spot VM) makes every worker stop at the next backup, once written, with
 #'   exit status 75, which [launch_cluster()] restarts.
-#' @param save_freq When to back up: `"epoch"` (a restarted job redoes the
-#'   epoch it was in) or every N steps (arrays only, not under
+#' @param save_freq When to back up: `"epoch"` (left out: a restarted job
+#'   redoes the epoch it was in) or every N steps (arrays only, not under
 #'   `parameter_server`): a restarted job resumes at the step of its last
 #'   backup, so it redoes at most N steps and, with `shuffle = FALSE` or a
 #'   `seed`, ends with the weights of an uninterrupted run.
-#' @param verbose `"auto"`, 0, 1 or 2 (non-chief workers are quiet with `"auto"`).
-#'   Set `options(tfdistributed.verbose = 0)` to change the default.
+#' @param verbose `"auto"`, 0, 1 or 2 (non-chief workers are quiet with
+#'   `"auto"`, the backend's default). Left out, `getOption("tfdistributed.verbose")`
+#'   when it is set: `options(tfdistributed.verbose = 0)` changes the default.
 #' @param ... Passed to Keras `model$fit()` / `model$evaluate()`.
 #' @return `fit_distributed()`: a `tfdistributed_history`: `print()`, `plot()`
 #'   and `as.data.frame()` (columns `epoch`, `metric`, `value`, and `data`:
@@ -95,12 +97,11 @@
 #'   plot(history)
 #'   evaluate_distributed(model, digits$test$x, digits$test$y, verbose = 0)
 #' }
-fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, batch_size = NULL,
+fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs, batch_size = NULL,
                             validation_data = NULL, validation_split = NULL, callbacks = NULL,
-                            shard_policy = NULL, shuffle = TRUE, seed = NULL,
+                            shard_policy = NULL, shuffle, seed = NULL,
                             steps_per_epoch = NULL, sample_weight = NULL, class_weight = NULL,
-                            check_shards = TRUE, backup_dir = NULL, save_freq = "epoch",
-                            verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+                            check_shards, backup_dir = NULL, save_freq, verbose, ...) {
   # Data made by R code is served from R's main thread while training runs (generators.R).
   if (!missing(x) && is_generator_dataset(x)) {
     return(serve_training(match.call(), x, parent.frame(), "fit"))
@@ -108,18 +109,19 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, bat
   if (missing(x)) {
     x <- NULL   # the backend says what data it needs
   }
-  history <- with_backend(backend()$fit(
+  given <- given_arguments(environment(), list(
+    epochs = as_integer, shuffle = optional_flag, check_shards = optional_flag,
+    save_freq = as_save_freq, verbose = as_verbose))
+  history <- with_backend(do.call(backend()$fit, c(list(
     model, to_numpy(x, "x"), to_numpy(y, "y"),
-    strategy = strategy, epochs = as_integer(epochs), batch_size = as_integer(batch_size),
+    strategy = strategy, batch_size = as_integer(batch_size),
     validation_data = validation_arg(validation_data),
     validation_split = as_number(validation_split),
     class_weight = class_weight_arg(class_weight), callbacks = callbacks_arg(callbacks),
-    shard_policy = as_string(shard_policy, allow_null = TRUE), shuffle = as_flag(shuffle),
+    shard_policy = as_string(shard_policy, allow_null = TRUE),
     seed = as_integer(seed), steps_per_epoch = as_integer(steps_per_epoch),
     sample_weight = to_numpy(sample_weight, "sample_weight"),
-    check_shards = as_flag(check_shards), backup_dir = as_path(backup_dir),
-    save_freq = as_save_freq(save_freq), verbose = as_verbose(verbose), ...
-  ))
+    backup_dir = as_path(backup_dir)), given, verbose_option(given), list(...))))
   as_tfdistributed_history(history)
 }
 
@@ -130,22 +132,29 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs = 1, bat
 #' @export
 evaluate_distributed <- function(model, x, y = NULL, strategy = NULL, batch_size = NULL,
                                  shard_policy = NULL, sample_weight = NULL, steps = NULL,
-                                 check_shards = TRUE,
-                                 verbose = getOption("tfdistributed.verbose", "auto"), ...) {
+                                 check_shards, verbose, ...) {
   if (!missing(x) && is_generator_dataset(x)) {
     return(serve_training(match.call(), x, parent.frame(), "evaluate"))
   }
   if (missing(x)) {
     x <- NULL   # the backend says what data it needs
   }
-  result <- with_backend(backend()$evaluate(
+  given <- given_arguments(environment(), list(check_shards = optional_flag,
+                                               verbose = as_verbose))
+  result <- with_backend(do.call(backend()$evaluate, c(list(
     model, to_numpy(x, "x"), to_numpy(y, "y"),
     strategy = strategy, batch_size = as_integer(batch_size),
     shard_policy = as_string(shard_policy, allow_null = TRUE),
-    sample_weight = to_numpy(sample_weight, "sample_weight"), steps = as_integer(steps),
-    check_shards = as_flag(check_shards), verbose = as_verbose(verbose), ...
-  ))
+    sample_weight = to_numpy(sample_weight, "sample_weight"), steps = as_integer(steps)),
+    given, verbose_option(given), list(...))))
   unlist(result)
+}
+
+# `verbose` from options(tfdistributed.verbose =) when the call gave none (`given`: the
+# arguments it gave); neither: none, and the backend's default ("auto") applies.
+verbose_option <- function(given) {
+  verbose <- getOption("tfdistributed.verbose")
+  if ("verbose" %in% names(given) || is.null(verbose)) list() else list(verbose = as_verbose(verbose))
 }
 
 as_path <- function(path, arg = rlang::caller_arg(path), call = rlang::caller_env()) {
@@ -153,8 +162,8 @@ as_path <- function(path, arg = rlang::caller_arg(path), call = rlang::caller_en
 }
 
 # "epoch" or a number of steps; which values are valid is the backend's rule.
-as_save_freq <- function(save_freq, call = rlang::caller_env()) {
-  if (is.numeric(save_freq)) as_integer(save_freq, "save_freq", call = call) else save_freq
+as_save_freq <- function(save_freq, arg = "save_freq", call = rlang::caller_env()) {
+  if (is.numeric(save_freq)) as_integer(save_freq, arg, call = call) else save_freq
 }
 
 # list(x, y[, sample_weight]) -> a Python list (Keras takes it as the tuple), each part converted

@@ -107,11 +107,11 @@ as_number <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env())
 
 # Keras' verbose: "auto", or a level; TRUE/FALSE and whole doubles become integers. Which
 # levels exist is the backend's rule.
-as_verbose <- function(verbose, call = rlang::caller_env()) {
+as_verbose <- function(verbose, arg = "verbose", call = rlang::caller_env()) {
   if (rlang::is_bool(verbose)) {
     return(as.integer(verbose))
   }
-  if (is.numeric(verbose)) as_integer(verbose, "verbose", call = call) else verbose
+  if (is.numeric(verbose)) as_integer(verbose, arg, call = call) else verbose
 }
 
 # A named R list or vector (names required: it becomes Python keyword arguments or a dict).
@@ -176,6 +176,19 @@ python_error_class <- function(e) {
   snake <- tolower(gsub("([a-z0-9])([A-Z])", "\\1_\\2", name))
   if (identical(snake, "tfdistributed_error")) NULL else paste0("tfdistributed_", snake)
 }
+
+# The arguments of the function whose frame is `env` that its caller gave (missing() is FALSE),
+# each converted by its function in `converters` (value, name, call); the others are left out,
+# so that the backend's default applies. This is how every R function that wraps the backend
+# takes an argument whose Python default is not None: R never types a default of its own
+# (tests/python/package/test_architecture.py checks it).
+given_arguments <- function(env, converters) {
+  given <- Filter(function(name) !eval(call("missing", as.name(name)), env), names(converters))
+  values <- lapply(given, function(name) converters[[name]](get(name, envir = env), name, env))
+  stats::setNames(values, given)
+}
+
+optional_flag <- function(x, arg, call) as_flag(x, arg, allow_null = TRUE, call = call)
 
 # R character vector -> Python list (a length-one vector would otherwise become a str).
 py_list <- function(x) {

@@ -28,7 +28,8 @@ def identical_weights(outdir):
 def test_launch_cluster_runs_an_r_script_on_slurm(r, slurm_cluster, tmp_path):
     r(f"""
       engine_job <- launch_cluster("{SCRIPT}", workers = 2, args = "{tmp_path}",
-                                   timeout = 300, echo = FALSE, engine = slurm())
+                                   timeout = 300, watch = watching(echo = FALSE),
+                                   engine = slurm())
     """)
     assert list(r("engine_job$tasks$returncode")) == [0, 0]
     assert list(r("engine_job$tasks$task_type")) == ["worker", "worker"]
@@ -68,8 +69,8 @@ def test_launch_cluster_failure_is_an_r_error_naming_the_task(r, slurm_cluster, 
     script.write_text('if (Sys.getenv("SLURM_PROCID") == "1") stop("worker one gives up")\n'
                       'Sys.sleep(300)\n')
     message = r(f"""
-      tryCatch(launch_cluster("{script}", workers = 2, timeout = 120, echo = FALSE,
-                              engine = slurm()),
+      tryCatch(launch_cluster("{script}", workers = 2, timeout = 120,
+                              watch = watching(echo = FALSE), engine = slurm()),
                tfdistributed_error = function(e) conditionMessage(e))
     """)[0]
     assert "Task worker 1 exited with status 1" in message and "worker one gives up" in message
@@ -81,14 +82,14 @@ def test_unknown_backend_and_unnamed_options_are_r_errors(r):
                    tfdistributed_error = function(e) conditionMessage(e))""" % SCRIPT)[0]
     assert "`engine` must be an engine (Local, Slurm or Ray)" in message, message
     assert message.endswith("E.g. engine = slurm()."), message
-    # The old spelling, for one release.
-    message = r("""tryCatch(launch_cluster("%s", backend = "slrum"),
-                   tfdistributed_error = function(e) conditionMessage(e))""" % SCRIPT)[0]
-    assert "`backend` must be 'local', 'slurm' or 'ray'" in message and "'slurm'" in message
-    # Every formal argument given, so the last one can only land in `...`, unnamed.
-    message = r("""tryCatch(launch_cluster("%s", 2, 0, FALSE, 60, NULL, NULL, FALSE, "ray", 3),
-                   tfdistributed_error = function(e) conditionMessage(e))""" % SCRIPT)[0]
-    assert "must be named" in message
+    # An engine's option given to another: R names the argument it does not know.
+    message = r("""tryCatch(launch_cluster("%s", engine = ray(partition = "cpu")),
+                   error = function(e) conditionMessage(e))""" % SCRIPT)[0]
+    assert "partition" in message, message
+    # One argument too many: R's own error, launch_cluster() has no `...`.
+    message = r("""tryCatch(launch_cluster("%s", NULL, 2, NULL, NULL, NULL, NULL, NULL, 60, 3),
+                   error = function(e) conditionMessage(e))""" % SCRIPT)[0]
+    assert "unused argument" in message, message
 
 
 def test_tf_config_from_slurm_in_r_tasks(slurm_cluster):
@@ -109,8 +110,8 @@ def test_launch_cluster_timeout_cancels_the_slurm_job(r, slurm_cluster, tmp_path
     script = tmp_path / "slow.R"
     script.write_text('cat("started\\n"); Sys.sleep(300)\n')
     message = r(f"""
-      tryCatch(launch_cluster("{script}", workers = 2, timeout = 4, echo = FALSE,
-                              engine = slurm()),
+      tryCatch(launch_cluster("{script}", workers = 2, timeout = 4,
+                              watch = watching(echo = FALSE), engine = slurm()),
                tfdistributed_error = function(e) conditionMessage(e))
     """)[0]
     assert "did not finish within 4 s and was cancelled" in message
@@ -123,8 +124,8 @@ def test_a_failing_r_task_on_ray_is_an_r_error_naming_it(ray_cluster, tmp_path):
                       'if (cfg$task$index == 1) stop("worker one gives up")\nSys.sleep(300)\n')
     code = f"""
       library(tfdistributed)
-      message <- tryCatch(launch_cluster("{script}", workers = 2, timeout = 120, echo = FALSE,
-                                         engine = ray()),
+      message <- tryCatch(launch_cluster("{script}", workers = 2, timeout = 120,
+                                         watch = watching(echo = FALSE), engine = ray()),
                           tfdistributed_error = function(e) conditionMessage(e))
       cat(message, "\\n")
     """

@@ -164,7 +164,8 @@ def test_raw_from_generator_with_an_r_function_is_refused_at_once_not_hung(gr):
     """)
     assert time.monotonic() - started < 20
     assert gr("is_generator_dataset(raw)")[0] is True
-    assert gr("is_generator_dataset(dataset_from_arrays(gen_digits$train$x, gen_digits$train$y))")[0] is False
+    assert gr("is_generator_dataset(dataset_from_arrays(gen_digits$train$x, gen_digits$train$y, "
+              "batch_size = 32))")[0] is False
     assert "tfdistributed_generator_error" in list(gr("class(refused)"))
     message = gr("conditionMessage(refused)")[0]
     assert message.startswith("fit_distributed() was given a tf.data dataset whose generator is "
@@ -266,7 +267,7 @@ def test_an_r_interrupt_stops_training_and_its_thread():
 def test_two_launched_workers_stream_their_own_generators_to_identical_weights(gr, tmp_path):
     gr(f"""
       job <- launch_cluster("{SCRIPTS / 'generator_worker.R'}", workers = 2,
-                            args = "{tmp_path}", timeout = 300, echo = FALSE)
+                            args = "{tmp_path}", timeout = 300, watch = watching(echo = FALSE))
     """)
     for index in (0, 1):
         output = list(gr(f'job$output[["worker {index}"]]'))
@@ -285,8 +286,10 @@ def test_two_launched_workers_stream_their_own_generators_to_identical_weights(g
 @pytest.mark.timeout(400)
 def test_parameter_server_refuses_generators_and_trains_on_files(gr, tmp_path):
     gr(f"""
-      job <- launch_cluster("{SCRIPTS / 'generator_ps_chief.R'}", workers = 2, ps = 1,
-                            chief = TRUE, args = "{tmp_path / 'data'}", timeout = 300, echo = FALSE)
+      job <- launch_cluster("{SCRIPTS / 'generator_ps_chief.R'}",
+                            scaling(workers = 2, ps = 1, chief = TRUE),
+                            args = "{tmp_path / 'data'}", timeout = 300,
+                            watch = watching(echo = FALSE))
       job_output <- unlist(job$output)
     """)
     output = "\n".join(gr("job_output"))

@@ -47,7 +47,7 @@ def test_launch_cluster_passes_a_whole_double_join_timeout_to_every_task(tmp_pat
     done = _r(f"""
     library(tfdistributed)
     job <- launch_cluster("{script}", workers = 1, restarts = restarts(join_timeout = 40),
-                          echo = FALSE)
+                          watch = watching(echo = FALSE))
     cat(unlist(job$output), sep = "\\n")
     print(tryCatch(restarts(join_timeout = "soon"), error = conditionMessage))
     """)

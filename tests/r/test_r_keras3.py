@@ -61,9 +61,9 @@ def clusters(tmp_path_factory):
     out = tmp_path_factory.mktemp("keras3-clusters")
     env = {"R_LIBS": keras3_env()["R_LIBS"]}
     tfd.launch(str(SCRIPT), workers=2, args=["auto", str(out / "mwms")], env=env, timeout=900,
-               echo=False)
-    tfd.launch(str(SCRIPT), workers=1, ps=1, chief=True, args=["auto", str(out / "ps")],
-               env=env, timeout=900, echo=False)
+               watch=tfd.Watch(echo=False))
+    tfd.launch(str(SCRIPT), tfd.Scaling(workers=1, ps=1, chief=True),
+               args=["auto", str(out / "ps")], env=env, timeout=900, watch=tfd.Watch(echo=False))
     return {"multi_worker_mirrored": _read(out / "mwms" / "auto-worker-0.json"),
             "worker 1": _read(out / "mwms" / "auto-worker-1.json"),
             "parameter_server": _read(out / "ps" / "auto-chief-0.json")}

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.cluster
 
 def test_keras3_fit_waits_for_the_slow_reader(r_package):
     lines = []
-    result = tfd.launch(str(SCRIPT), workers=2, args=[str(SLOW)], timeout=300, echo=False,
-                        env={"R_LIBS": keras3_env()["R_LIBS"]}, on_output=lines.append)
+    result = tfd.launch(str(SCRIPT), workers=2, args=[str(SLOW)], timeout=300,
+                        env={"R_LIBS": keras3_env()["R_LIBS"]},
+                        watch=tfd.Watch(echo=False, on_output=lines.append))
     assert [t.returncode for t in result.tasks] == [0, 0]
     assert any(re.match(r"\[worker 1\] worker 1 read trained", ln) for ln in lines), lines
     said = {}

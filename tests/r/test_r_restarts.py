@@ -48,7 +48,8 @@ def test_launch_cluster_restarts_a_failed_job_and_reports_the_attempts(r):
 def test_a_failure_that_repeats_is_named_not_retried_to_the_end(r):
     message = r(f"""
       tryCatch(launch_cluster("{FLAKY}", workers = 2, args = "always",
-                              restarts = restarts(max_restarts = 5), timeout = 120, echo = FALSE),
+                              restarts = restarts(max_restarts = 5), timeout = 120,
+                              watch = watching(echo = FALSE)),
                tfdistributed_launch_error = conditionMessage)
     """)[0]
     assert "the data server went away" in message, message

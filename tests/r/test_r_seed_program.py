@@ -98,9 +98,9 @@ def test_the_r_tutorial_as_written_trains_both_of_its_models_on_one_machine(tmp_
 
 
 def test_the_parameter_server_part_of_the_r_tutorial_on_a_local_cluster(tmp_path):
-    tfd.launch(str(SCRIPTS / "seed_tutorial_ps.R"), workers=1, ps=1, chief=True,
+    tfd.launch(str(SCRIPTS / "seed_tutorial_ps.R"), tfd.Scaling(workers=1, ps=1, chief=True),
                args=[str(tmp_path)], env={"R_LIBS": keras3_env()["R_LIBS"]}, timeout=600,
-               echo=False)
+               watch=tfd.Watch(echo=False))
     out = json.loads((tmp_path / "seed_tutorial_ps.json").read_text())
     assert out["kind"] == "parameter_server"
     _accurate(out, "parameter server")

@@ -88,9 +88,10 @@ def cells(tmp_path_factory):
     script = SCRIPTS / "r_values_cells.R"
     [(code, output)] = _wait_all([_rscript(script, out, *IN_PROCESS)], timeout=420)
     assert code == 0, output[-4000:]
-    tfd.launch(str(script), workers=2, args=(str(out), "auto"), timeout=420, echo=False)
-    tfd.launch(str(script), workers=1, ps=1, chief=True, args=(str(out), "auto"), timeout=420,
-               echo=False)
+    tfd.launch(str(script), workers=2, args=(str(out), "auto"), timeout=420,
+               watch=tfd.Watch(echo=False))
+    tfd.launch(str(script), tfd.Scaling(workers=1, ps=1, chief=True), args=(str(out), "auto"),
+               timeout=420, watch=tfd.Watch(echo=False))
     named = {name: f"{name}.json" for name in IN_PROCESS}
     named.update({"multi_worker_mirrored": "auto-worker-0.json",
                   "multi_worker_mirrored:worker 1": "auto-worker-1.json",

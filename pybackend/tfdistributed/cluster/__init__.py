@@ -15,8 +15,9 @@ module              what it holds
 ``from_slurm``      the cluster a SLURM job step's environment describes (a task under ``srun``)
 ==================  ============================================================================
 
-Layer: the lowest folder. Imports ``errors`` and ``_args`` only (never TensorFlow at import
-time); every other folder may import from it.
+Layer: the lowest folder. Imports ``errors``, ``_args`` and ``versions`` (its import hook, which
+puts ``live`` and ``join`` in place once TensorFlow is imported) only, never TensorFlow at import
+time; every other folder may import from it.
 """
 
 from .environment import (clear_tf_config, is_checkpoint_writer, is_chief, num_workers,

@@ -22,10 +22,12 @@ from .spec import cluster_or_none, tf_config, validate_tf_config
 _log = logging.getLogger(__name__)
 
 
-def set_tf_config(config=None, *, cluster=None, task_type=None, task_index=0) -> dict:
+def set_tf_config(config=None, *, cluster=None, task_type="worker", task_index=0) -> dict:
     """Validate and export TF_CONFIG for this process; returns the dict that was set.
 
-    Pass a whole config (dict or JSON text), or ``cluster`` + ``task_type`` + ``task_index``.
+    Pass a whole config (dict or JSON text), or ``cluster`` + ``task_type`` + ``task_index``
+    (worker 0 by default; ``task_type=None``: the coordinator of a parameter-server cluster
+    without a chief, as :func:`~tfdistributed.cluster.spec.tf_config`).
     Must run before the strategy is created: TensorFlow reads TF_CONFIG when the strategy's
     cluster resolver is built.
 

@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.abc
-import importlib.util
 import json
 import os
 import socket
@@ -50,6 +48,7 @@ import time
 from .spec import parse_address
 from .environment import process_getenv
 from ..errors import ArgumentTypeError, JoinTimeoutError
+from ..versions import after_import
 from . import live as tfconfig
 
 DEFAULT_JOIN_TIMEOUT = 300.0  # seconds: a late task may be a slow scheduler, not a typo
@@ -353,30 +352,8 @@ def status() -> dict[str, bool]:
     return dict(_installed)
 
 
-class _PatchAfterTensorFlowImport(importlib.abc.MetaPathFinder):
-    """Runs :func:`patch` right after the top-level ``tensorflow`` package is imported, so
-    ``import tfdistributed`` stays cheap and works before or after TensorFlow."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "tensorflow":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_patch(module):
-            exec_module(module)
-            patch()
-
-        spec.loader.exec_module = exec_then_patch
-        return spec
-
-
 def install() -> None:
-    """Patch TensorFlow now if it is loaded, else as soon as it is imported."""
-    if "tensorflow" in sys.modules and hasattr(sys.modules["tensorflow"], "distribute"):
-        patch()
-    elif not any(isinstance(f, _PatchAfterTensorFlowImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchAfterTensorFlowImport())
+    """Patch TensorFlow now if it is loaded, else as soon as it is imported
+    (:func:`tfdistributed.versions.after_import`), so ``import tfdistributed`` stays cheap and
+    works before or after TensorFlow."""
+    after_import("tensorflow", patch, ready="distribute")

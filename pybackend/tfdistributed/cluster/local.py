@@ -82,7 +82,23 @@ def check_loopback(cluster, hosts=()) -> dict:
 def checked_local(cluster, hosts=()) -> Cluster:
     """:func:`check_loopback`'s checks, giving the :class:`Cluster` value the local launcher
     plans with (a :class:`Cluster` is not validated again)."""
-    value = Cluster.of(cluster)
+    value = check_launchable(Cluster.of(cluster))
+    for role, addresses in value.as_dict().items():
+        for i, address in enumerate(addresses):
+            if not is_loopback(address) and parse_address(address)[0] not in hosts:
+                raise ClusterConfigError(
+                    f'{field_name(["cluster", role, i])} = "{address}" is not a loopback address. '
+                    f"TensorFlow's gRPC servers have no authentication (and listen on every "
+                    f"interface: check_own_address()), so local clusters name 127.0.0.1 only: use "
+                    f"local_cluster() to pick addresses (or, for hosts you set up yourself, name "
+                    f"each with how to start a task there: hosts=).")
+    return value
+
+
+def check_launchable(value: Cluster) -> Cluster:
+    """``value`` if :func:`~tfdistributed.launch` can run it: a worker or a chief, and a chief
+    for ps tasks (the program runs as the chief, the coordinator); else a
+    :class:`~tfdistributed.errors.ClusterConfigError` naming the fix."""
     cluster = value.as_dict()
     if not cluster.get("chief") and not cluster.get("worker"):
         raise ClusterConfigError(
@@ -94,16 +110,6 @@ def checked_local(cluster, hosts=()) -> Cluster:
             f'["127.0.0.1:port"], or let local_cluster() pick it with chief set to true.',
             hints={"python": "E.g. local_cluster(2, ps=1, chief=True).",
                    "r": "E.g. local_cluster(2, ps = 1, chief = TRUE)."})
-
-    for role, addresses in cluster.items():
-        for i, address in enumerate(addresses):
-            if not is_loopback(address) and parse_address(address)[0] not in hosts:
-                raise ClusterConfigError(
-                    f'{field_name(["cluster", role, i])} = "{address}" is not a loopback address. '
-                    f"TensorFlow's gRPC servers have no authentication (and listen on every "
-                    f"interface: check_own_address()), so local clusters name 127.0.0.1 only: use "
-                    f"local_cluster() to pick addresses (or, for hosts you set up yourself, name "
-                    f"each with how to start a task there: hosts=).")
     return value
 
 

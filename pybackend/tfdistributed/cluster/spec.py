@@ -443,7 +443,7 @@ def cluster_or_none(config: dict):
     return config if config["cluster"] or "task" in config else None
 
 
-def cluster_spec(workers, ps=None, chief=None, evaluator=None) -> dict:
+def cluster_spec(workers=None, ps=None, chief=None, evaluator=None) -> dict:
     """A validated cluster dict from address lists (``chief``/``evaluator`` may be one string).
 
     Example:
@@ -458,8 +458,9 @@ def cluster_spec(workers, ps=None, chief=None, evaluator=None) -> dict:
     return cluster
 
 
-def tf_config(cluster, task_type: str | None, task_index=0) -> dict:
-    """The TF_CONFIG dict for one task of ``cluster``; ``json.dumps`` it for the environment.
+def tf_config(cluster, task_type: str | None = "worker", task_index=0) -> dict:
+    """The TF_CONFIG dict for one task of ``cluster`` (worker 0 by default); ``json.dumps`` it
+    for the environment.
 
     ``task_type=None`` gives the coordinator's TF_CONFIG of a parameter-server cluster without
     a chief (TensorFlow adds the coordinator to the cluster itself).

@@ -197,15 +197,16 @@ def class_weight_to_sample_weight(y, class_weight, sample_weight=None):
 
 
 def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weight=None,
-                 policy: str = "data", drop_remainder=False):
+                 shard_policy: str = "data", drop_remainder=False):
     """Arrays (NumPy, pandas, lists) as a batched ``tf.data`` pipeline with a shard policy.
 
     Args:
         x, y, sample_weight: as :func:`as_arrays` takes them.
         batch_size: the *global* batch size.
         shuffle, seed: shuffle the examples every epoch (a whole-data buffer).
-        policy: the shard policy; ``"data"`` by default: arrays held in memory have no files to
-            split, so every worker keeps its share of elements.
+        shard_policy: the shard policy (as ``fit``'s, ``read_shards``' and ``load_tfds``');
+            ``"data"`` by default: arrays held in memory have no files to split, so every worker
+            keeps its share of elements.
         drop_remainder: drop a last, smaller batch.
 
     Returns:
@@ -220,8 +221,8 @@ def make_dataset(x, y=None, *, batch_size, shuffle=False, seed=None, sample_weig
     """
     batch_size = as_int(batch_size, "batch_size", minimum=1)
     arrays, n = as_arrays(x, y, sample_weight)
-    return batched(arrays, n, batch_size=batch_size, shuffle=shuffle, seed=seed, policy=policy,
-                    drop_remainder=drop_remainder)
+    return batched(arrays, n, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                   policy=shard_policy, drop_remainder=drop_remainder)
 
 
 def slices(arrays):

@@ -3,16 +3,22 @@ target is run, and results.
 
 Why a protocol: :func:`tfdistributed.launch` runs the same job on three engines, and restarts
 it after a failure on each of them. With each engine driving its own attempt loop, the three
-loops drifted apart (which errors restart, when tasks are stopped, how the timeout counts). Now
-one loop (:func:`tfdistributed.engines.restarts.run`) drives any engine through two small
-types:
+loops drifted apart (which errors restart, when tasks are stopped, how the timeout counts); and
+with each launcher copying the plan's fields into itself, the launchers drifted too. Now one
+loop (:func:`tfdistributed.engines.restarts.run`) reads the plan (the timeout, the restarts, the
+shape) and drives any engine through two small types, which only start, probe and stop:
 
-- a :class:`Launcher` is an engine configured for one ``launch()`` call (arguments checked when
-  it is made); ``with launcher:`` holds what every attempt shares (Ray connects there), and
-  ``launcher.job(attempt, deadline)`` plans one attempt;
+- a :class:`Launcher` is an engine set up for one ``launch()`` call, made from the checked plan;
+  ``with launcher:`` holds what every attempt shares (Ray connects there),
+  ``launcher.job(attempt, deadline, places)`` plans one attempt, and ``places()``,
+  ``trainers()`` and ``probe()`` tell the elastic policy where the job can run;
 - a :class:`Job` is that attempt: ``start()`` its tasks, ``wait(deadline)`` until the tasks
-  running the target are done (or raise), ``results()`` (a :class:`LaunchResult`), and
-  ``stop()`` every task still running and free what the attempt holds, always, success or not.
+  running the target are done (or raise), ``results()`` (a :class:`LaunchResult`),
+  ``preempt()`` (stop at the next backup), and ``stop()`` every task still running and free
+  what the attempt holds, always, success or not.
+
+Adding an engine (Kubernetes, say) is one folder: an option object (a subclass of
+:class:`~tfdistributed.engines.options.Engine`) whose ``launcher()`` makes a :class:`Launcher`.
 
 Kept below the engines (:mod:`.local`, :mod:`.slurm`, :mod:`.ray`) so that none of them imports
 another to get these.
@@ -25,9 +31,12 @@ import pickle
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import ArgumentTypeError, LaunchError
+
+if TYPE_CHECKING:
+    from .options import JobPlan
 
 # Each task's attempt of a restarted job, 0-based (0: the first start).
 ATTEMPT_ENV = "TFDISTRIBUTED_ATTEMPT"
@@ -68,7 +77,7 @@ class LaunchResult:
     ``wait_seconds``, ``outside_seconds``, ``restarts``, ``straggler``, ``straggler_epochs``);
     ``stragglers`` the tasks named stragglers.
 
-    An elastic job (``Restarts(min_workers=)``): ``sizes`` lists each size it ran at, a dict per
+    An elastic job (``Scaling(min_workers=)``): ``sizes`` lists each size it ran at, a dict per
     change (``attempt``, ``workers``, ``wanted``, ``why``: ``"start"``, ``"lost"`` or
     ``"back"``, ``places``: the hosts or nodes that left or came, ``position``: the step it
     resumed from, ``seconds``: since the start); empty for a job whose places cannot change.
@@ -134,27 +143,59 @@ class Job(Protocol):
     def results(self) -> "LaunchResult":
         """The attempt's outcome, after :meth:`wait` returned."""
 
+    def preempt(self) -> None:
+        """Tell every task running the target to stop at its next backup, as a preemption
+        notice does (SIGTERM): an elastic job stops so to grow (:mod:`.elastic`)."""
+
     def stop(self) -> None:
         """Stop every task still running and free what the attempt holds (files, a SLURM job,
         Ray actors). Called after every attempt, whatever happened; calling it twice is fine."""
 
 
 class Launcher(Protocol):
-    """An engine configured for one ``launch()`` call, its arguments checked when made."""
+    """An engine set up for one job: made by the plan's engine,
+    ``plan.engine.launcher(plan, relay)``
+    (:meth:`~tfdistributed.engines.options.Engine.launcher`), from the checked
+    :class:`~tfdistributed.engines.options.JobPlan`, which it reads and never copies; the
+    attempt loop (:func:`~tfdistributed.engines.restarts.run`) and the elastic policy
+    (:mod:`.elastic`) call nothing else.
 
-    timeout: float
-    max_restarts: int
-    relay: object  # tfdistributed.engines.output.Relay: where the restarts are announced
+    An engine's launcher subclasses this protocol, and so has the defaults below: a job of one
+    attempt shares nothing (``__enter__``/``__exit__``), its tasks run on places that cannot be
+    lost (:meth:`places` empty), and a place holds one training task (:meth:`trainers`).
+    """
+
+    plan: "JobPlan"
+    relay: object  # tfdistributed.engines.output.Relay: the job's lines and announcements
+    place_word: ClassVar[str] = "host"  # what a place of an elastic job is: host, node
 
     def __enter__(self) -> "Launcher":
         """Set up what every attempt shares (e.g. connect to Ray)."""
+        return self
 
     def __exit__(self, kind, error, tb) -> bool:
         """Undo :meth:`__enter__`; never swallows an error."""
+        return False
 
-    def job(self, attempt: int, deadline: Deadline) -> Job:
+    def job(self, attempt: int, deadline: Deadline, places: list | None) -> Job:
         """Plan attempt ``attempt`` (0, 1, ...), its tasks told their attempt in
-        :data:`ATTEMPT_ENV`; nothing is started yet."""
+        :data:`ATTEMPT_ENV`, on ``places`` (an elastic job's, from :meth:`places`; None: where
+        the engine puts them); nothing is started yet."""
+
+    def places(self) -> list:
+        """The places (hosts, nodes) the job may run on, when they can be lost and the elastic
+        policy is to watch them; empty (the default) when they cannot."""
+        return []
+
+    def trainers(self, places: list) -> int:
+        """Training tasks the job runs on ``places``: one a place, at most the job's (more
+        places are spares, taken when a place is lost)."""
+        return min(len(places), self.plan.scaling.trainers)
+
+    def probe(self, places: list, active: list) -> dict:
+        """``{place: None if it answers, else why not}`` for each of ``places`` (``active``:
+        the places the job runs on now, which a place must reach)."""
+        return {place: None for place in places}
 
 
 def call_function(call_path: str, result_path: str) -> None:

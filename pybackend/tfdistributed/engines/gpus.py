@@ -1,12 +1,12 @@
-"""Which GPUs each task of a job gets: ``gpus_per_task`` of every engine
-(:class:`~tfdistributed.engines.options.Local`, ``Slurm``, ``Ray``), decided here for all three.
+"""Which GPUs each task of a job gets: the job's ``Scaling(gpus_per_task=)``
+(:class:`~tfdistributed.engines.options.Scaling`), decided here for every engine.
 
-**On this machine** (:class:`Local`), the GPUs are those this process may use: the
-``CUDA_VISIBLE_DEVICES`` of the tasks' environment when it is set (this process', or the
-``env`` given to ``launch()``), else those ``nvidia-smi -L`` lists (by UUID, which means the
-same GPU whatever ``CUDA_DEVICE_ORDER`` says; a GPU split into MIG instances counts as its
-instances). TensorFlow is not imported for this: the launcher never starts a TensorFlow
-runtime of its own. Each task that trains is given its share in its ``CUDA_VISIBLE_DEVICES``:
+**On this machine** (:class:`~tfdistributed.engines.Local`), the GPUs are those this process may
+use: the ``CUDA_VISIBLE_DEVICES`` of the tasks' environment when it is set (this process', or the
+``env`` given to ``launch()``), else those ``nvidia-smi -L`` lists (by UUID, which means the same
+GPU whatever ``CUDA_DEVICE_ORDER`` says; a GPU split into MIG instances counts as its instances).
+TensorFlow is not imported for this: the launcher never starts a TensorFlow runtime of its own. Each
+task that trains is given its share in its ``CUDA_VISIBLE_DEVICES``:
 
 - ``gpus_per_task=None`` (the default): the GPUs split evenly among the tasks that train here,
   ``len(gpus) // tasks`` each, the ones left over unused (a multi-worker strategy needs the
@@ -25,14 +25,14 @@ chief (the coordinator: it sends steps to the workers and computes none) get non
 memory on as it starts, which the workers then lack. Tasks on hosts of the caller's own
 (``Local(hosts=)``) are left alone: their GPUs are their host's, not those seen here.
 
-**On SLURM** (:class:`Slurm`), ``gpus_per_task=n`` is ``#SBATCH --gpus-per-task=n``: SLURM
-gives each task its own ``n`` GPUs (it implies ``--gpu-bind=per_task:n``) and sets the task's
-``CUDA_VISIBLE_DEVICES`` itself. Every task of the job step gets them, ``ps`` tasks too: one
-``srun`` starts all the tasks, with one shape.
+**On SLURM** (:class:`~tfdistributed.engines.Slurm`), ``gpus_per_task=n`` is ``#SBATCH
+--gpus-per-task=n``: SLURM gives each task its own ``n`` GPUs (it implies ``--gpu-bind=per_task:n``)
+and sets the task's ``CUDA_VISIBLE_DEVICES`` itself. Every task of the job step gets them, ``ps``
+tasks too: one ``srun`` starts all the tasks, with one shape.
 
-**On Ray** (:class:`Ray`), ``gpus_per_task=n`` is ``num_gpus=n`` in the actor options of each
-task that trains (as above); Ray reserves them and sets the actor's ``CUDA_VISIBLE_DEVICES``,
-which the task inherits.
+**On Ray** (:class:`~tfdistributed.engines.Ray`), ``gpus_per_task=n`` is ``num_gpus=n`` in the actor
+options of each task that trains (as above); Ray reserves them and sets the actor's
+``CUDA_VISIBLE_DEVICES``, which the task inherits.
 
 No GPU run has been measured yet: the machines this project is tested on have none, so what is
 checked is the environment and the options each task is given, from a faked list of GPUs.
@@ -194,8 +194,8 @@ def _too_few(gpus: list, trainers: list, gpus_per_task: int, found: str) -> Argu
         f"{' or '.join(fixes) or 'fewer GPUs per task'}; or leave gpus_per_task out (the GPUs "
         f"split evenly, shared when there are fewer than tasks), or give 'all' (every task "
         f"sees every GPU).",
-        hints={"python": "E.g. engine=tfd.engines.Local(gpus_per_task='all').",
-               "r": 'E.g. engine = local_hosts(gpus_per_task = "all").'})
+        hints={"python": "E.g. tfd.Scaling(gpus_per_task='all').",
+               "r": 'E.g. scaling(gpus_per_task = "all").'})
 
 
 def slurm_sbatch_options(gpus_per_task) -> list:

@@ -5,8 +5,8 @@ of every engine, and :func:`run_server`, what a parameter-server cluster's serve
 ``engine=tfd.engines.Slurm(...)`` submits them as a SLURM job, ``engine=tfd.engines.Ray(...)``
 runs them as Ray actors. The engines live in :mod:`tfdistributed.engines` (the protocol they
 share and the one attempt loop that restarts any of them, :mod:`tfdistributed.engines.restarts`);
-this module checks what it was given into one :class:`~.options.JobPlan`, makes the engine's
-launcher from it, and runs it.
+this module checks what it was given into one :class:`~.options.JobPlan` (the job's shape, a
+:class:`~.options.Scaling`, among it) and runs it.
 
 Targets: a Python script (``.py``), an R script (``.R``, run with ``Rscript``), or a Python
 function (pickled with cloudpickle and run in a fresh interpreter: spawned, never forked).
@@ -18,24 +18,20 @@ receives) and :data:`DEFAULT_TIMEOUT`.
 
 from __future__ import annotations
 
-import warnings
-
 from ..errors import ClusterConfigError
-from . import deprecated, engine as launcher_class
 from .base import LaunchResult, TaskResult
 from ..watch.channel import PREEMPTED_EXIT_CODE
+from .local.engine import Local
 from .local.plan import LaunchPlan, TaskPlan
-from .options import DEFAULT_TIMEOUT, JobPlan, Local, Restarts, Watch
+from .options import DEFAULT_TIMEOUT, JobPlan, Restarts, Watch, scaling_of
 from .restarts import run
-from ..watch.collector import job_watch
 
 __all__ = ["DEFAULT_TIMEOUT", "PREEMPTED_EXIT_CODE", "LaunchPlan", "LaunchResult", "TaskPlan",
-           "TaskResult", "launch", "launcher", "run_server"]
+           "TaskResult", "launch", "run_server"]
 
 
-def launch(target, workers=2, ps=0, chief=False, *, cluster=None, timeout=DEFAULT_TIMEOUT,
-           env=None, args=(), cwd=None, on_output=None, echo=True, engine=None, restarts=None,
-           watch=None, **deprecated_keywords):
+def launch(target, scaling=None, *, workers=None, engine=None, restarts=None, watch=None,
+           env=None, args=(), cwd=None, timeout=DEFAULT_TIMEOUT):
     """Run ``target`` as a cluster of processes, one per task; wait for it and return the outcome.
 
     Each task gets its own TF_CONFIG, so a script that calls ``make_strategy("auto")`` trains
@@ -46,21 +42,19 @@ def launch(target, workers=2, ps=0, chief=False, *, cluster=None, timeout=DEFAUL
 
     Args:
         target: a ``.py`` script, an ``.R`` script, or a Python function (called with ``*args``).
-        workers: number of ``worker`` tasks.
-        ps: number of parameter-server tasks (needs ``chief=True``; the target runs as the chief).
-        chief: add a ``chief`` task.
-        cluster: a cluster dict to run instead of ``workers``/``ps``/``chief`` (local engine).
-        timeout: seconds for the whole job, restarts included (on SLURM, its running time: not
-            its wait in the queue; see :class:`~tfdistributed.engines.Slurm`).
+        scaling: the job's shape, a :class:`~tfdistributed.Scaling` (workers, ps, chief,
+            min_workers, gpus_per_task, cluster); default ``Scaling()``, 2 workers.
+        workers: the short call's: ``launch(target, workers=3)`` is
+            ``launch(target, Scaling(workers=3))``.
+        engine: where the tasks run: ``tfd.engines.Local()`` (default), ``Slurm()`` or ``Ray()``.
+        restarts: how the job heals: a :class:`~tfdistributed.Restarts` (default: no restart).
+        watch: what is shown of the job and where its lines go (``echo``, ``on_output``): a
+            :class:`~tfdistributed.Watch`.
         env: extra environment variables for every task.
         args: command-line arguments of a script, positional arguments of a function.
         cwd: the tasks' working directory (default: this process's).
-        on_output: called with each ``"[worker 0] line"``, from the calling thread.
-        echo: also print each such line.
-        engine: where the tasks run: ``tfd.engines.Local()`` (default), ``Slurm()`` or ``Ray()``.
-        restarts: how the job heals: a :class:`~tfdistributed.Restarts` (default: no restart).
-        watch: what is shown of the job: a :class:`~tfdistributed.Watch`.
-        **deprecated_keywords: the old spellings (``max_restarts=2``...), for one release, warned.
+        timeout: seconds for the whole job, restarts included (on SLURM, its running time: not
+            its wait in the queue; see :class:`~tfdistributed.engines.Slurm`).
 
     Returns:
         A :class:`LaunchResult`: each task's :class:`TaskResult` (exit code, output, return
@@ -73,33 +67,23 @@ def launch(target, workers=2, ps=0, chief=False, *, cluster=None, timeout=DEFAUL
             attempt's failure), or the target or a port cannot be used.
         LaunchTimeoutError: the job did not finish within ``timeout``.
         HostLostError: hosts the job runs on are gone for good and too few workers are left.
-        ClusterConfigError: ``cluster`` or ``Local(tasks=)`` is invalid.
+        ClusterConfigError: the shape or its ``cluster`` is invalid.
         ArgumentTypeError: a wrong argument.
 
     Example:
         >>> def rank():
         ...     import json, os
         ...     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-        >>> launch(rank, workers=2, echo=False).values   # doctest: +SKIP
+        >>> launch(rank, workers=2, watch=Watch(echo=False)).values   # doctest: +SKIP
         [0, 1]
-        >>> launch("train.py", workers=2, restarts=Restarts(max_restarts=3))  # doctest: +SKIP
+        >>> launch("train.py", Scaling(workers=3, ps=1, chief=True),
+        ...        restarts=Restarts(max_restarts=3))                  # doctest: +SKIP
     """
-    if deprecated_keywords:
-        engine, restarts, watch, message = deprecated.upgrade(deprecated_keywords, engine,
-                                                              restarts, watch)
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-    plan = JobPlan(target, workers, ps, chief, cluster, timeout, env, args, cwd, on_output, echo,
-                   engine or Local(), restarts or Restarts(), watch or Watch())
-    return run(launcher(plan))
-
-
-def launcher(plan: JobPlan):
-    """The launcher of ``plan``'s engine (:mod:`tfdistributed.engines.base`'s protocol), made
-    from the plan, with the job's watch (:class:`~tfdistributed.watch.collector.JobWatch`)."""
-    watch = plan.watch
-    shown = job_watch(watch.progress, watch.stall_warning, echo=plan.echo,
-                      on_output=plan.on_output, tensorboard=watch.tensorboard)
-    return launcher_class(plan.engine.name)(plan, shown)
+    return run(JobPlan(target=target, scaling=scaling_of(scaling, workers),
+                       engine=Local() if engine is None else engine,
+                       restarts=Restarts() if restarts is None else restarts,
+                       watch=Watch() if watch is None else watch,
+                       env=env, args=args, cwd=cwd, timeout=timeout))
 
 
 def run_server(config=None) -> None:

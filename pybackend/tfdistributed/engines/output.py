@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ..watch import channel
+from ..watch.collector import job_watch
 from ..watch.progress import KERAS_PROGRESS
 from ..watch.channel import PREEMPTED_EXIT_CODE
 
@@ -138,3 +139,12 @@ class Relay:
             self.send(f"[tfdistributed] watching the job failed ({type(e).__name__}: {e}); it "
                       f"goes on without progress, history or stall reports")
             return ()
+
+
+def job_relay(watch) -> Relay:
+    """The :class:`Relay` of a job watched as ``watch`` (a checked
+    :class:`~tfdistributed.engines.options.Watch`), with the job's
+    :class:`~tfdistributed.watch.collector.JobWatch`."""
+    return Relay(echo=watch.echo, on_output=watch.on_output, show_all=watch.show_all,
+                 watch=job_watch(watch.progress, watch.stall_warning, echo=watch.echo,
+                                 on_output=watch.on_output, tensorboard=watch.tensorboard))

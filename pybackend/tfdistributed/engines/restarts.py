@@ -1,9 +1,10 @@
 """The one attempt loop of every launcher engine, and its restart policy
 (``Restarts(max_restarts=)``).
 
-:func:`run` drives any engine through the :class:`~tfdistributed.engines.base.Launcher` /
-:class:`~tfdistributed.engines.base.Job` protocol: plan an attempt, start it, wait for it,
-collect its results, stop it (always); after a task's failure, decide whether to start again.
+:func:`run` reads the plan (timeout, restarts, the job's shape) and drives any engine through
+the :class:`~tfdistributed.engines.base.Launcher` / :class:`~tfdistributed.engines.base.Job`
+protocol: plan an attempt, start it, wait for it, collect its results, stop it (always); after
+a task's failure, decide whether to start again.
 
 A machine lost or a task preempted in the middle of a long job should not cost the whole job:
 after a failure the engine stops every task, as it always did, and :func:`run` starts
@@ -15,9 +16,9 @@ the same way twice in a row (a bug, which no restart cures).
 
 An engine whose tasks run on places that can be lost (hosts of ``Local(hosts=)``, SLURM or
 Ray nodes) is asked first which places answer (:mod:`tfdistributed.engines.elastic`): a job
-that lost a host for good shrinks (``min_workers``) or ends naming the host, and one whose lost
-host answers again grows at its next backup. Those restarts change the job's membership and do
-not spend ``max_restarts``.
+that lost a host for good shrinks (``Scaling(min_workers=)``) or ends naming the host, and one
+whose lost host answers again grows at its next backup. Those restarts change the job's
+membership and do not spend ``max_restarts``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..errors import LaunchError, LaunchTimeoutError
 from .base import Deadline, Job, LaunchResult
 from ..watch.channel import PREEMPTED_EXIT_CODE
 from .elastic.policy import Elastic
-from .output import Relay, error_line, how_it_ended
+from .output import Relay, error_line, how_it_ended, job_relay
 
 
 def failure_of(name: str, returncode: int, lines, ended: str | None = None) -> dict:
@@ -40,25 +41,27 @@ def failure_of(name: str, returncode: int, lines, ended: str | None = None) -> d
             "error": error_line(lines), "preempted": returncode == PREEMPTED_EXIT_CODE}
 
 
-def run(launcher) -> LaunchResult:
-    """Run a job on ``launcher`` (a :class:`~tfdistributed.engines.base.Launcher`): attempt
-    0, 1, ... until one returns its :class:`LaunchResult`, which is given the job's wall time,
-    restarts, attempts and (elastic jobs) sizes. A task's failure (a :class:`LaunchError` with
-    a ``failure``) goes to the membership policy (:func:`elastic_of`) and then to the restart
-    policy (:class:`RestartPolicy`), which restarts or raises; any other error (a port in use, the
-    timeout, an interrupt) propagates. The timeout counts from the first start.
+def run(plan) -> LaunchResult:
+    """Run the job of ``plan`` (a checked :class:`~tfdistributed.engines.options.JobPlan`) on
+    its engine's launcher (:class:`~tfdistributed.engines.base.Launcher`): attempt 0, 1, ...
+    until one returns its :class:`LaunchResult`, which is given the job's wall time, restarts,
+    attempts and (elastic jobs) sizes. A task's failure (a :class:`LaunchError` with a
+    ``failure``) goes to the membership policy (:func:`elastic_of`) and then to the restart
+    policy (:class:`RestartPolicy`), which restarts or raises; any other error (a port in use,
+    the timeout, an interrupt) propagates. The timeout counts from the first start.
     """
-    restarts = RestartPolicy(launcher.max_restarts, launcher.relay)
-    watch = launcher.relay.watch
+    relay = job_relay(plan.watch)
+    launcher = plan.engine.launcher(plan, relay)
+    restarts = RestartPolicy(plan.restarts.max_restarts, relay)
+    watch = relay.watch
     with launcher:
-        deadline = Deadline(launcher.timeout, time.monotonic())
+        deadline = Deadline(plan.timeout, time.monotonic())
         elastic = elastic_of(launcher)
         places = elastic.first() if elastic else None
         while True:
             if watch is not None and restarts.attempt:
                 watch.new_attempt(restarts.attempt)
-            job = launcher.job(restarts.attempt, deadline, places) if elastic else \
-                launcher.job(restarts.attempt, deadline)
+            job = launcher.job(restarts.attempt, deadline, places)
             try:
                 with elastic.watching(job) if elastic else contextlib.nullcontext():
                     result = attempt(job, deadline)
@@ -73,18 +76,18 @@ def run(launcher) -> LaunchResult:
                     raise
                 places = _next_places(elastic, restarts, error)
                 continue
-            return _finished(result, deadline, restarts, watch, launcher, elastic)
+            return _finished(result, deadline, restarts, relay, elastic)
 
 
 def elastic_of(launcher):
     """The membership policy of a launcher whose tasks run on places that can be lost
-    (``launcher.places()``), else None. ``launcher.min_workers`` (None: every place is
-    needed) and ``launcher.grace_for_places`` (seconds a place may take to answer) come from
-    ``launch(restarts=)``."""
-    places = getattr(launcher, "places", None)
-    if places is None or not places():
+    (``launcher.places()``), else None: ``min_workers`` (None: every place is needed) from
+    the plan's :class:`~tfdistributed.engines.options.Scaling`, the seconds a place may take
+    to answer from its :class:`~tfdistributed.engines.options.Restarts`."""
+    if not launcher.places():
         return None
-    return Elastic(launcher, launcher.min_workers, launcher.grace_for_places, launcher.relay)
+    plan = launcher.plan
+    return Elastic(launcher, plan.scaling.min_workers, plan.restarts.lost_after, launcher.relay)
 
 
 def _next_places(elastic, restarts, error: LaunchError):
@@ -108,12 +111,13 @@ def _next_places(elastic, restarts, error: LaunchError):
     return elastic.placed()
 
 
-def _finished(result, deadline, restarts, watch, launcher, elastic) -> LaunchResult:
+def _finished(result, deadline, restarts, relay, elastic) -> LaunchResult:
     result.seconds = deadline.elapsed()
     result.restarts, result.attempts = restarts.attempt, restarts.succeeded()
     result.sizes = [c.as_dict() for c in elastic.members.changes] if elastic else []
+    watch = relay.watch
     if watch is not None:
-        launcher.relay.tick()
+        relay.tick()
         result.history, result.epochs = watch.history(), watch.epochs()
         result.workers = watch.workers(result.restarts)
         result.stragglers = sorted(watch.stragglers)

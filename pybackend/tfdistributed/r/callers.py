@@ -33,8 +33,8 @@ CALLER = "R (through reticulate)"
 LOCAL_NOTICE = ("ParameterServerStrategy() was made without a cluster (TF_CONFIG names no ps "
                 "task): it runs on this machine's devices as CentralStorageStrategy, as "
                 "TensorFlow 2.0 did. For parameter servers, launch the program as the chief of a "
-                "cluster with ps tasks, e.g. launch_cluster(\"train.R\", workers = 2, ps = 1, "
-                "chief = TRUE).")
+                "cluster with ps tasks, e.g. launch_cluster(\"train.R\", scaling(workers = 2, "
+                "ps = 1, chief = TRUE)).")
 
 
 def defect_present(deprecation) -> bool:

@@ -151,8 +151,9 @@ class BatchFeed:
     _BATCH, _END_PASS, _STOP = 0, 1, 2
 
     @staticmethod
-    def check_capacity(capacity) -> int:
-        """``capacity`` (the user's ``prefetch``: batches the feed holds) as an int >= 1.
+    def check_capacity(capacity=DEFAULT_CAPACITY) -> int:
+        """``capacity`` (the user's ``prefetch``: batches the feed holds) as an int >= 1;
+        left out, the default (R's ``dataset_from_generator()`` reads it here).
 
         Raises:
             ArgumentTypeError: not a whole number >= 1.

@@ -227,9 +227,10 @@ def ps_cluster_resolver():
             "'parameter_server' needs a cluster with workers and ps tasks (and optionally a "
             "chief), and there is none: set TF_CONFIG (set_tf_config()), start the job with "
             "the launcher and 1 or more ps tasks, or pass a cluster_resolver.",
-            hints={"python": "E.g. tfdistributed.launch('train.py', workers=2, ps=1, "
-                             "chief=True).",
-                   "r": 'E.g. launch_cluster("train.R", workers = 2, ps = 1, chief = TRUE).'})
+            hints={"python": "E.g. tfdistributed.launch('train.py', "
+                             "tfdistributed.Scaling(workers=2, ps=1, chief=True)).",
+                   "r": 'E.g. launch_cluster("train.R", scaling(workers = 2, ps = 1, '
+                        'chief = TRUE)).'})
     task = config.get("task")
     # The coordinator is the chief, or, in a cluster without a chief, the process whose
     # TF_CONFIG has no task: TensorFlow then adds it to the cluster as job "chief".

@@ -20,7 +20,8 @@ module              what it holds
 ==================  ============================================================================
 
 Layer: above ``strategies``, ``data`` and ``watch`` (each ``fit`` reports its steps to the
-launcher through ``watch``). Nothing below imports it; ``engines`` never does either (a launched
+launcher through ``watch``); ``versions``' import hook puts the repairs in place once Keras is
+imported. Nothing below imports it; ``engines`` never does either (a launched
 task trains in its own process).
 """
 

@@ -26,12 +26,10 @@ switch repairs off (the tests use this to prove each defect is real).
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
-import sys
 import threading
 
+from ..versions import after_import
 from . import repairs
 from .repairs.common import Repair, check_order
 from .repairs import sharded_variable_updates
@@ -158,40 +156,6 @@ def keras_method(model, name: str):
     return original(getattr(type(model), name)).__get__(model)
 
 
-class _ApplyAfterKerasImport(importlib.abc.MetaPathFinder):
-    """Runs :func:`apply` right after the top-level ``keras`` package has been imported.
-
-    ``import tfdistributed`` must stay cheap (TensorFlow is imported lazily so TF_CONFIG and
-    logical devices can still be set after it), yet a user's own ``model.fit`` must meet repaired
-    Keras whichever of the two was imported first.
-    """
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "keras":
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_then_apply(module):
-            exec_module(module)
-            _uninstall_hook()
-            apply()
-
-        loader.exec_module = exec_then_apply
-        return spec
-
-
-def _uninstall_hook() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _ApplyAfterKerasImport)]
-
-
 def install(*above: Repair) -> None:
     """Have the repairs in place whenever Keras is used: now if Keras is loaded, else on import.
 
@@ -205,7 +169,7 @@ def install(*above: Repair) -> None:
         new = tuple(r for r in above if r.name not in names())
         check_order(records() + new)
         _above += new
-    if "keras" in sys.modules and hasattr(sys.modules["keras"], "__version__"):
-        apply()
-    elif not any(isinstance(f, _ApplyAfterKerasImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _ApplyAfterKerasImport())
+    # ``import tfdistributed`` must stay cheap (TensorFlow is imported lazily so TF_CONFIG and
+    # logical devices can still be set after it), yet a user's own ``model.fit`` must meet
+    # repaired Keras whichever of the two was imported first.
+    after_import("keras", apply, ready="__version__")

@@ -2,7 +2,7 @@
 accumulating gradients, not by growing each replica's batch.
 
 ``fit()``'s ``batch_size`` is the global batch, split over the replicas. An elastic job that
-lost workers (``launch(..., restarts=Restarts(min_workers=...))``) resumes with the same global
+lost workers (``launch(..., Scaling(min_workers=...))``) resumes with the same global
 batch over fewer replicas, so each replica's batch grows: the update is the same, but a replica
 computes (and holds in memory) the larger batch in one step. With ``max_replica_batch``, a
 replica's batch is at most M examples: where the global batch would give it more, each update

@@ -1,9 +1,10 @@
 """A launched job's curves in TensorBoard, written by the launcher alone.
 
-``launch(..., tensorboard="logs/run1")`` writes, as the job runs, what Keras' own TensorBoard
-callback writes for one process, for the whole job: each epoch's metrics under ``train/`` and
-the validation's under ``validation/`` (tags ``epoch_loss``, ``epoch_accuracy``...), and, under
-``job/``, each task's examples/s per epoch (``examples_per_second/worker_1``) and the restarts.
+``launch(..., watch=Watch(tensorboard="logs/run1"))`` writes, as the job runs, what Keras' own
+TensorBoard callback writes for one process, for the whole job: each epoch's metrics under
+``train/`` and the validation's under ``validation/`` (tags ``epoch_loss``, ``epoch_accuracy``...),
+and, under ``job/``, each task's examples/s per epoch (``examples_per_second/worker_1``) and the
+restarts.
 One writer for the whole job (the launcher, which hears every task), so workers never write
 over each other's event files. TensorFlow is imported only when a log directory is asked for.
 """

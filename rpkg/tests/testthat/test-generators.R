@@ -137,8 +137,9 @@ test_that("a data frame written as TFRecord shards reads back and trains", {
   model <- linear_model(64L)
   history <- fit_distributed(model, files, epochs = 2)
   expect_length(history$metrics$loss, 2)
-  expect_error(dataset_from_files(dir, label = "nope"), "No column 'nope'")
-  expect_error(dataset_from_files(file.path(dir, "missing"), label = "label"), "does not exist")
+  expect_error(dataset_from_files(dir, label = "nope", batch_size = 64), "No column 'nope'")
+  expect_error(dataset_from_files(file.path(dir, "missing"), label = "label", batch_size = 64),
+               "does not exist")
   expect_error(write_dataset_shards(list(a = 1), dir), "must be a data frame")
   expect_error(write_dataset_shards(data.frame(a = c(1, NA)), dir), "contains NA")
 })

@@ -142,9 +142,19 @@ test_that("each option object is built from the arguments given, the others Pyth
   expect_identical(watching()$stall_warning, tfd$Watch()$stall_warning)
   # NULL is a value when it is given: no stall warning at all.
   expect_null(watching(stall_warning = NULL)$stall_warning)
-  policy <- restarts(max_restarts = 3, min_workers = 2)
-  expect_identical(c(policy$max_restarts, policy$min_workers), c(3L, 2L))
-  expect_identical(reticulate::py_repr(policy), "Restarts(max_restarts=3, min_workers=2)")
+  policy <- restarts(max_restarts = 3, join_timeout = 20)
+  expect_identical(c(policy$max_restarts, policy$join_timeout), c(3, 20))
+  expect_identical(reticulate::py_repr(policy), "Restarts(max_restarts=3, join_timeout=20.0)")
+  shape <- scaling(workers = 3, min_workers = 2)
+  expect_identical(reticulate::py_repr(shape), "Scaling(workers=3, min_workers=2)")
+  expect_identical(scaling()$workers, tfd$Scaling()$workers)
+  expect_identical(scaling(cluster = local_cluster(2, ps = 1, chief = TRUE))$ps, 1L)
+  expect_error(scaling(workers = 2, ps = 1), "scaling\\(workers = 2, ps = 1, chief = TRUE\\)",
+               class = "tfdistributed_cluster_config_error")
+  expect_error(scaling(workers = 2.5), "`workers` must be a single whole number",
+               class = "tfdistributed_error")
+  expect_error(launch_cluster("x.R", scaling(workers = 2), workers = 3),
+               "`workers` and `scaling` were both given", class = "tfdistributed_error")
   engine <- slurm(partition = "cpu", time = "02:00:00", sbatch_args = "--gres=gpu:1")
   expect_identical(reticulate::py_repr(engine),
                    "Slurm(partition='cpu', time='02:00:00', sbatch_args=('--gres=gpu:1',))")
@@ -157,35 +167,6 @@ test_that("each option object is built from the arguments given, the others Pyth
                class = "tfdistributed_argument_type_error")
   expect_error(slurm(nodes = 2), "unexpected keyword argument", class = "tfdistributed_error")
   expect_error(launch_cluster("x.R", engine = "slurm"), "E.g. engine = slurm\\(\\)",
-               class = "tfdistributed_argument_type_error")
-})
-
-test_that("the arguments of before the option objects still work, with one warning", {
-  skip_if_no_backend()
-  script <- withr::local_tempfile(fileext = ".R")
-  writeLines(c("attempt <- Sys.getenv('TFDISTRIBUTED_ATTEMPT')",
-               "cat('attempt', attempt, Sys.getenv('TFDISTRIBUTED_STALL_WARNING'), '\n')",
-               "if (attempt == '0') quit(status = 3)"), script)
-  limit <- 30
-  warned <- testthat::capture_warnings(
-    job <- launch_cluster(script, workers = 1, timeout = 120, echo = FALSE, warm_start = FALSE,
-                          max_restarts = 1, stall_warning = limit, progress = FALSE))
-  expect_identical(warned, paste0(
-    "launch_cluster(warm_start = FALSE, max_restarts = 1, stall_warning = limit, progress = ",
-    "FALSE): these arguments are deprecated and go in the next release; use engine = ",
-    "local_hosts(warm_start = FALSE), restarts = restarts(max_restarts = 1), watch = ",
-    "watching(stall_warning = limit, progress = FALSE)."))
-  expect_identical(job$restarts, 1L)
-  expect_identical(job$output[["worker 0"]], "attempt 1 30 ")
-  # The warning comes first, then what the call does (here: a wrong timeout, before any job).
-  warned <- testthat::capture_warnings(failed <- tryCatch(
-    launch_cluster("x.R", backend = "slurm", partition = "cpu", timeout = -1),
-    tfdistributed_error = conditionMessage))
-  expect_match(warned, 'use engine = slurm\\(partition = "cpu"\\)\\.$')
-  expect_match(failed, "positive number")
-  expect_error(launch_cluster("x.R", max_restarts = 1, restarts = restarts()),
-               "`max_restarts` and `restarts` were both given", class = "tfdistributed_error")
-  expect_error(launch_cluster("x.R", partition = "cpu"), "`partition` is an option of the slurm",
                class = "tfdistributed_argument_type_error")
 })
 
@@ -217,10 +198,28 @@ test_that("min_workers needs hosts that can be lost, and a whole number", {
   skip_if_no_backend()
   script <- withr::local_tempfile(fileext = ".R")
   writeLines("invisible(NULL)", script)
-  expect_error(launch_cluster(script, workers = 2, restarts = restarts(min_workers = 1)),
+  expect_error(launch_cluster(script, scaling(workers = 2, min_workers = 1)),
                "runs on this machine only.*engine = local_hosts\\(hosts = \\.\\.\\.\\)",
                class = "tfdistributed_argument_type_error")
-  expect_error(restarts(min_workers = 1.5), "min_workers", class = "tfdistributed_error")
+  expect_error(scaling(min_workers = 1.5), "min_workers", class = "tfdistributed_error")
+})
+
+test_that("the watch's echo and on_output say where the job's lines go", {
+  skip_if_no_backend()
+  script <- withr::local_tempfile(fileext = ".R")
+  writeLines("cat('hello from', Sys.getenv('TFDISTRIBUTED_ATTEMPT'), '\\n')", script)
+  seen <- character()
+  shown <- capture.output(job <- launch_cluster(
+    script, workers = 1, timeout = 120,
+    watch = watching(echo = FALSE, progress = FALSE,
+                     on_output = function(line) seen <<- c(seen, line))))
+  expect_identical(shown, character())
+  expect_true("[worker 0] hello from 0 " %in% seen, info = paste(seen, collapse = "\n"))
+  shown <- capture.output(launch_cluster(script, workers = 1, timeout = 120,
+                                         watch = watching(progress = FALSE)))
+  expect_true("[worker 0] hello from 0 " %in% shown, info = paste(shown, collapse = "\n"))
+  expect_error(watching(on_output = "print"), "`on_output` must be a function",
+               class = "tfdistributed_error")
 })
 
 test_that("warm_start forks a Python script's tasks from a warm Python, and must be a flag", {
@@ -229,8 +228,8 @@ test_that("warm_start forks a Python script's tasks from a warm Python, and must
   writeLines(c("import json, os",
                "print('index', json.loads(os.environ['TF_CONFIG'])['task']['index'], os.getppid())"),
              script)
-  job <- launch_cluster(script, workers = 2, engine = local_hosts(warm_start = TRUE), echo = FALSE,
-                        watch = watching(progress = FALSE))
+  job <- launch_cluster(script, workers = 2, engine = local_hosts(warm_start = TRUE),
+                        watch = watching(progress = FALSE, echo = FALSE))
   expect_identical(job$tasks$returncode, c(0L, 0L))
   # Both tasks came from the one warm server of this R session: the same parent, not R's Python.
   parents <- vapply(job$output, function(out) {
@@ -250,8 +249,8 @@ test_that("warm_start forks an R script's tasks from a warm Rscript, run as Rscr
                "cat('parent', reticulate::import('os')$getppid(), '\n')",
                "if (args[[1]] == 'fail') stop('on purpose')"), script)
   job <- launch_cluster(script, workers = 2, args = c("ok", "b c"),
-                        engine = local_hosts(warm_start = TRUE), echo = FALSE,
-                        watch = watching(progress = FALSE))
+                        engine = local_hosts(warm_start = TRUE),
+                        watch = watching(progress = FALSE, echo = FALSE))
   expect_identical(job$tasks$returncode, c(0L, 0L))
   lines <- unlist(job$output)
   expect_identical(sum(lines == "args ok b c "), 2L)
@@ -261,7 +260,31 @@ test_that("warm_start forks an R script's tasks from a warm Rscript, run as Rscr
   expect_false(parents[[1]] == Sys.getpid())
   # An error ends the task as Rscript ends it: the message, "Execution halted", status 1.
   err <- expect_error(launch_cluster(script, workers = 1, args = "fail",
-                                     engine = local_hosts(warm_start = TRUE), echo = FALSE,
-                                     watch = watching(progress = FALSE)),
+                                     engine = local_hosts(warm_start = TRUE),
+                                     watch = watching(progress = FALSE, echo = FALSE)),
                       "exited with status 1", class = "tfdistributed_error")
+})
+
+test_that("the shapes and engines the articles launch make a plan, checked before anything runs", {
+  skip_if_no_backend()
+  # The articles' calls that need a SLURM or Ray cluster, GPUs or root run only when the site is
+  # built; their objects are checked here, as launch_cluster() checks them before it starts.
+  plan <- function(shape, engine = local_hosts(), heal = restarts()) {
+    with_backend(backend()$engines$JobPlan(target = "train.R", scaling = shape, engine = engine,
+                                           restarts = heal, watch = watching()))
+  }
+  bed <- paste0("10.77.0.", 2:4)
+  hosts <- stats::setNames(lapply(seq_along(bed), function(i) c("ip", "netns", "exec",
+                                                               paste0("ns", i))), bed)
+  elastic <- plan(scaling(min_workers = 2, cluster = tf_cluster(workers = paste0(bed, ":2222"))),
+                  engine = local_hosts(hosts = hosts), heal = restarts(join_timeout = 15))
+  expect_identical(c(elastic$scaling$workers, elastic$scaling$min_workers), c(3L, 2L))
+  expect_identical(plan(scaling(workers = 4, min_workers = 2), slurm())$engine$name, "slurm")
+  on_gpus <- plan(scaling(workers = 4, gpus_per_task = 1),
+                  slurm(partition = "gpu", time = "02:00:00"))
+  expect_identical(on_gpus$scaling$gpus_per_task, 1L)
+  expect_identical(plan(scaling(workers = 4, gpus_per_task = 1), ray())$engine$name, "ray")
+  expect_identical(plan(scaling(workers = 2, ps = 2, chief = TRUE))$scaling$trainers, 2L)
+  expect_error(plan(scaling(workers = 4, min_workers = 2)), "runs on this machine only",
+               class = "tfdistributed_argument_type_error")
 })

@@ -123,9 +123,11 @@ def _launch_one_of_two(cluster, join_timeout, **kw):
     """Start worker 0 of ``cluster`` only; its lines with the seconds they arrived at."""
     lines, start = [], time.monotonic()
     with pytest.raises(tfd.LaunchError) as info:
-        tfd.launch(SCRIPT, cluster=cluster, engine=tfd.engines.Local(tasks=[("worker", 0)]),
-                   restarts=tfd.Restarts(join_timeout=join_timeout), timeout=240, echo=False,
-                   on_output=lambda line: lines.append((time.monotonic() - start, line)), **kw)
+        tfd.launch(SCRIPT, tfd.Scaling(cluster=cluster),
+                   engine=tfd.engines.Local(tasks=[("worker", 0)]),
+                   restarts=tfd.Restarts(join_timeout=join_timeout), timeout=240,
+                   watch=tfd.Watch(echo=False, on_output=lambda line: lines.append(
+                       (time.monotonic() - start, line))), **kw)
     return info.value, lines
 
 
@@ -199,9 +201,10 @@ def test_a_host_whose_link_is_down_is_named_by_the_launcher_and_by_the_join():
         subprocess.run(["ip", "-n", down.name, "link", "set", "eth0", "down"], check=True,
                        timeout=20)
         with pytest.raises(tfd.HostLostError) as info:
-            tfd.launch(SCRIPT, cluster=bed.cluster(2),
+            tfd.launch(SCRIPT, tfd.Scaling(cluster=bed.cluster(2)),
                        engine=tfd.engines.Local(tasks=[("worker", 0)], hosts=bed.launch_hosts()),
-                       restarts=tfd.Restarts(join_timeout=JOIN), timeout=240, echo=False)
+                       restarts=tfd.Restarts(join_timeout=JOIN), timeout=240,
+                       watch=tfd.Watch(echo=False))
         lines = _run_by_hand(bed.hosts[0].prefix, bed.cluster(2), 0, JOIN)
     finally:
         bed.down()

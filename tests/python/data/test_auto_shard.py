@@ -57,7 +57,8 @@ def run_job(outdir, strategy, *runs, env=None, timeout=TIMEOUT):
     args = [str(outdir), "--strategy", strategy]
     for run in runs:
         args += ["--run", run]
-    return tfd.launch(SCRIPT, workers=2, args=args, timeout=timeout, echo=False, env=env)
+    return tfd.launch(SCRIPT, workers=2, args=args, timeout=timeout, env=env,
+                      watch=tfd.Watch(echo=False))
 
 
 def run_output(task, run):
@@ -204,9 +205,8 @@ def test_r_model_fit_on_one_file_trains_with_one_notice(tmp_path, digits_tfds_di
     """From R: Keras' own model$fit() and model$evaluate() in an Rscript worker."""
     data = str(digits_tfds_dir) if source == "tfds" else one_tfrecord
     result = tfd.launch(R_SCRIPT, workers=2, args=[str(tmp_path), data, strategy, source],
-                        timeout=TIMEOUT, echo=False,
-                        env={"R_LIBS": os.path.join(ROOT, ".rlib"),
-                             "RETICULATE_PYTHON": sys.executable})
+                        timeout=TIMEOUT, env={"R_LIBS": os.path.join(ROOT, ".rlib"),
+                             "RETICULATE_PYTHON": sys.executable}, watch=tfd.Watch(echo=False))
     assert [t.returncode for t in result.tasks] == [0, 0]
     reports = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in (0, 1)]
     assert reports[0] == reports[1] and len(reports[0]["weights"]) == 4

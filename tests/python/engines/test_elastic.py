@@ -9,16 +9,19 @@ down at a step drawn at random, its link brought back while the job trains on 2.
 import random
 import subprocess
 import threading
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pytest
 
 import tfdistributed as tfd
-from tfdistributed.engines.base import LaunchResult
+from tfdistributed.engines.base import LaunchResult, Launcher
 from tfdistributed.engines.elastic.membership import Membership, size_for_batch
 from tfdistributed.engines.elastic.policy import Elastic
 from tfdistributed.engines.elastic.probes import largest_group, probe_hosts
 from tfdistributed.engines.output import Relay
+from tfdistributed.engines.options import Engine, JobPlan
 from tfdistributed.engines.restarts import failure_of, run
 from tfdistributed.watch.collector import JobWatch
 
@@ -30,6 +33,8 @@ from elasticsupport import (BATCH, EPOCHS, EXAMPLES, SAVE_FREQ, SCRIPT, accuracy
 
 class Places:
     """An engine's places: ``down`` do not answer; each attempt's places are recorded."""
+
+    place_word = "host"
 
     def __init__(self, names=("h0", "h1", "h2"), per_place=1, down=()):
         self.names, self.per_place, self.down = list(names), per_place, set(down)
@@ -181,23 +186,31 @@ def test_a_lost_place_that_answers_while_the_job_trains_stops_it_at_its_next_bac
     assert any("stops at its next backup and grows to 3" in line for line in watch.due())
 
 
-class FakeLauncher(Places):
+@dataclass(frozen=True, kw_only=True, repr=False)
+class FakeEngine(Engine):
     """An engine whose attempts fail or succeed as the test says (no process)."""
 
-    def __init__(self, outcomes, **kwargs):
-        super().__init__(**kwargs)
-        self.outcomes, self.timeout, self.max_restarts = list(outcomes), 60.0, 0
-        self.relay = Relay(echo=False, show_all=False,
-                           watch=JobWatch(display=None, stall_warning=None))
-        self.min_workers, self.grace_for_places = 2, 0.2
+    name: ClassVar[str] = "fake"
+    outcomes: tuple = ()
+    ran_on: list = field(default_factory=list)
 
-    def __enter__(self):
-        return self
+    def check(self, scaling):
+        pass
 
-    def __exit__(self, *exc):
-        return False
+    def launcher(self, plan, relay):
+        return FakeLauncher(plan, relay)
 
-    def job(self, attempt, deadline, places=None):
+
+class FakeLauncher(Places, Launcher):
+    """The launcher of a :class:`FakeEngine`: its places as :class:`Places`, its attempts as
+    the engine's ``outcomes`` say."""
+
+    def __init__(self, plan, relay):
+        super().__init__()
+        self.plan, self.relay = plan, relay
+        self.outcomes, self.ran_on = list(plan.engine.outcomes), plan.engine.ran_on
+
+    def job(self, attempt, deadline, places):
         self.ran_on.append(list(places))
         outcome, launcher = self.outcomes.pop(0), self
 
@@ -220,9 +233,12 @@ class FakeLauncher(Places):
 
 
 def test_a_membership_restart_does_not_spend_max_restarts():
-    launcher = FakeLauncher(["h2", "ok"])
-    result = run(launcher)   # max_restarts=0, yet it goes on without h2
-    assert launcher.ran_on == [["h0", "h1", "h2"], ["h0", "h1"]]
+    engine = FakeEngine(outcomes=("h2", "ok"))
+    plan = JobPlan(target="t.py", scaling=tfd.Scaling(workers=3, min_workers=2), engine=engine,
+                   restarts=tfd.Restarts(join_timeout=0.2),
+                   watch=tfd.Watch(progress=False, stall_warning=None, echo=False))
+    result = run(plan)   # max_restarts=0, yet it goes on without h2
+    assert engine.ran_on == [["h0", "h1", "h2"], ["h0", "h1"]]
     assert [s["workers"] for s in result.sizes] == [3, 2] and result.attempts[0]["resized"]
 
 
@@ -232,9 +248,11 @@ def test_min_workers_needs_places_that_can_be_lost(tmp_path):
     script = tmp_path / "t.py"
     script.write_text("pass\n")
     with pytest.raises(tfd.ArgumentTypeError, match="runs on this machine only"):
-        tfd.launch(str(script), workers=2, restarts=tfd.Restarts(min_workers=1), echo=False)
+        tfd.launch(str(script), tfd.Scaling(workers=2, min_workers=1),
+                   watch=tfd.Watch(echo=False))
     with pytest.raises(tfd.ArgumentTypeError, match="min_workers"):
-        tfd.launch(str(script), workers=2, restarts=tfd.Restarts(min_workers=1.5), echo=False)
+        tfd.launch(str(script), tfd.Scaling(workers=2, min_workers=1.5),
+                   watch=tfd.Watch(echo=False))
 
 
 def test_probes_run_the_start_command_and_try_the_other_hosts(tmp_path):
@@ -275,15 +293,15 @@ def test_a_host_lost_for_good_shrinks_the_job_and_its_return_grows_it(bed3, tmp_
             subprocess.run(["ip", "-n", lost.name, "link", "set", "eth0", "up"], check=True,
                            timeout=20)
 
-    result = tfd.launch(SCRIPT, cluster=bed3.cluster(3),
+    result = tfd.launch(SCRIPT, tfd.Scaling(min_workers=2, cluster=bed3.cluster(3)),
                         engine=tfd.engines.Local(hosts=bed3.launch_hosts()),
-                        restarts=tfd.Restarts(min_workers=2, join_timeout=15),
-                        timeout=600, on_output=on_output, echo=False,
+                        restarts=tfd.Restarts(join_timeout=15), timeout=600,
                         args=[str(outdir), "--backup", str(tmp_path / "backup"),
                                           "--epochs", str(EPOCHS), "--batch", str(BATCH),
                                           "--examples", str(EXAMPLES), "--save-freq",
                                           str(SAVE_FREQ), "--lose-at", str(lose_at),
-                                          "--step-seconds", "0.15"])
+                                          "--step-seconds", "0.15"],
+                        watch=tfd.Watch(on_output=on_output, echo=False))
     sizes = [(s["workers"], s["why"], s["places"]) for s in result.sizes]
     assert sizes == [(3, "start", []), (2, "lost", [lost.address]), (3, "back", [lost.address])], \
         (lose_at, lines[-40:])
@@ -312,12 +330,12 @@ def test_a_lost_host_is_named_as_such_not_a_bug_and_ends_a_job_that_needs_it(bed
     lost = bed3.hosts[1]
     try:
         with pytest.raises(tfd.HostLostError) as caught:
-            tfd.launch(SCRIPT, cluster=bed3.cluster(2),
+            tfd.launch(SCRIPT, tfd.Scaling(cluster=bed3.cluster(2)),
                        engine=tfd.engines.Local(hosts=bed3.launch_hosts()),
-                       restarts=tfd.Restarts(max_restarts=4, join_timeout=8),
-                       timeout=300, echo=False,
+                       restarts=tfd.Restarts(max_restarts=4, join_timeout=8), timeout=300,
                        args=[str(outdir), "--backup", str(tmp_path / "backup"), "--lose",
-                             "1", "--lose-at", "3", "--batch", "64", "--examples", "640"])
+                             "1", "--lose-at", "3", "--batch", "64", "--examples", "640"],
+                       watch=tfd.Watch(echo=False))
     finally:
         subprocess.run(["ip", "-n", lost.name, "link", "set", "eth0", "up"], timeout=20)
     message = str(caught.value)

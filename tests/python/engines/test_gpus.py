@@ -24,7 +24,9 @@ from tfdistributed.cluster.local import checked_local, local_cluster
 from tfdistributed.engines import gpus
 from tfdistributed.engines.base import Deadline
 from tfdistributed.engines.local import plan_launch
-from tfdistributed.engines.options import ENGINE_OPTIONS, JobPlan
+from tfdistributed.engines import ENGINES
+from tfdistributed.engines.options import JobPlan
+from tfdistributed.engines.output import job_relay
 
 FOUR = ["0", "1", "2", "3"]
 # What `nvidia-smi -L` prints on a machine with two GPUs, the second split into MIG instances.
@@ -95,16 +97,19 @@ def test_too_few_gpus_is_an_error_naming_the_fix():
     ("all", "ray", "Ray gives each task a number of GPUs"),
 ])
 def test_gpus_per_task_is_checked_where_it_is_given(value, engine, message):
+    # In the job's shape, and against the engine when the plan is made: before anything starts.
     with pytest.raises(tfd.ArgumentTypeError) as info:
-        ENGINE_OPTIONS[engine](gpus_per_task=value)
+        JobPlan(target=__file__, scaling=tfd.Scaling(gpus_per_task=value),
+                engine=ENGINES[engine](), restarts=tfd.Restarts(), watch=tfd.Watch())
     assert message in str(info.value), str(info.value)
 
 
 def test_gpus_given_twice_is_an_error():
+    shape = tfd.Scaling(gpus_per_task=1)
     with pytest.raises(tfd.ArgumentTypeError, match="give gpus_per_task alone"):
-        tfd.engines.Slurm(gpus_per_task=1, sbatch_args=["--gpus-per-task=2"])
+        tfd.engines.Slurm(sbatch_args=["--gpus-per-task=2"]).check(shape)
     with pytest.raises(tfd.ArgumentTypeError, match="give gpus_per_task alone"):
-        tfd.engines.Ray(gpus_per_task=1, ray_options={"num_gpus": 1})
+        tfd.engines.Ray(ray_options={"num_gpus": 1}).check(shape)
 
 
 # --- where the GPUs are found ------------------------------------------------------------------
@@ -204,9 +209,9 @@ def test_a_local_job_gives_each_task_its_gpus_and_starts_them_cold(no_gpus_of_ou
     monkeypatch.setenv("TFDISTRIBUTED_WARM_START", "1")   # asked for: GPU tasks start cold
     script = tmp_path / "who.py"
     script.write_text(WHO_AM_I)
-    result = tfd.launch(str(script), workers=2, timeout=120, echo=False,
-                        env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
-                        engine=tfd.engines.Local(gpus_per_task=2))
+    result = tfd.launch(str(script), tfd.Scaling(workers=2, gpus_per_task=2), timeout=120,
+                        env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, engine=tfd.engines.Local(),
+                        watch=tfd.Watch(echo=False))
     said = {t.name: [line for line in t.output if line.startswith("gpus")] for t in result.tasks}
     assert said == {"worker 0": ["gpus 0,1 cold"], "worker 1": ["gpus 2,3 cold"]}, said
 
@@ -214,22 +219,22 @@ def test_a_local_job_gives_each_task_its_gpus_and_starts_them_cold(no_gpus_of_ou
 # --- SLURM: the batch script -------------------------------------------------------------------
 
 def test_slurm_script_asks_for_gpus_per_task():
-    script = tfd.slurm_script(__file__, workers=2, gpus_per_task=2)
+    script = tfd.slurm_script(__file__, tfd.Scaling(workers=2, gpus_per_task=2))
     assert "#SBATCH --gpus-per-task=2\n" in script and "#SBATCH --ntasks=2\n" in script
     assert "--gpus" not in tfd.slurm_script(__file__, workers=2)
-    assert "--gpus" not in tfd.slurm_script(__file__, workers=2, gpus_per_task=0)
+    assert "--gpus" not in tfd.slurm_script(__file__, tfd.Scaling(workers=2, gpus_per_task=0))
 
 
-def slurm_plan(engine, tmp_path, workers=2, timeout=60):
-    return JobPlan(__file__, workers, 0, False, None, timeout, None, (), str(tmp_path), None,
-                   False, engine, tfd.Restarts(), tfd.Watch(progress=False))
+def slurm_plan(engine, tmp_path, scaling):
+    return JobPlan(target=__file__, scaling=scaling, engine=engine, restarts=tfd.Restarts(),
+                   watch=tfd.Watch(progress=False, echo=False), cwd=str(tmp_path), timeout=60)
 
 
 def test_the_slurm_engine_writes_the_option_into_its_job(tmp_path):
-    from tfdistributed.engines.slurm.launcher import SlurmLauncher
-
-    engine = tfd.engines.Slurm(gpus_per_task=1, directory=str(tmp_path / "job"), keep_files=True)
-    job = SlurmLauncher(slurm_plan(engine, tmp_path)).job(0, Deadline(60, time.monotonic()))
+    engine = tfd.engines.Slurm(directory=str(tmp_path / "job"), keep_files=True)
+    plan = slurm_plan(engine, tmp_path, tfd.Scaling(workers=2, gpus_per_task=1))
+    job = engine.launcher(plan, job_relay(plan.watch)).job(0, Deadline(60, time.monotonic()),
+                                                            None)
     script = (tmp_path / "job" / "job.sh").read_text()
     assert job.script_path.endswith("job.sh") and "#SBATCH --gpus-per-task=1\n" in script
 
@@ -237,8 +242,8 @@ def test_the_slurm_engine_writes_the_option_into_its_job(tmp_path):
 @pytest.mark.cluster
 def test_slurm_without_gpus_refuses_the_job_and_the_error_says_so(slurm_cluster, tmp_path):
     with pytest.raises(tfd.LaunchError) as info:
-        tfd.launch(__file__, workers=2, timeout=60, echo=False, cwd=str(tmp_path),
-                   engine=tfd.engines.Slurm(gpus_per_task=1))
+        tfd.launch(__file__, tfd.Scaling(workers=2, gpus_per_task=1), timeout=60, cwd=str(tmp_path),
+                   engine=tfd.engines.Slurm(), watch=tfd.Watch(echo=False))
     message = str(info.value)
     assert "sbatch" in message and "gres" in message.lower(), message
     assert slurm_cluster.run(["squeue", "-h"]).stdout.strip() == ""
@@ -257,8 +262,8 @@ def test_ray_actor_options_give_gpus_to_the_tasks_that_train():
 @pytest.mark.cluster
 def test_ray_actors_ask_for_the_gpus_and_the_timeout_names_them(ray_cluster):
     with pytest.raises(tfd.LaunchTimeoutError) as info:
-        tfd.launch(__file__, workers=1, ps=1, chief=True, timeout=8, echo=False,
-                   engine=tfd.engines.Ray(gpus_per_task=1))
+        tfd.launch(__file__, tfd.Scaling(workers=1, ps=1, chief=True, gpus_per_task=1), timeout=8,
+                   engine=tfd.engines.Ray(), watch=tfd.Watch(echo=False))
     message = str(info.value)
     # The session's Ray has no GPU: the worker's actor is never placed, and the error says
     # what each actor asked for.

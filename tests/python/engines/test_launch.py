@@ -50,7 +50,8 @@ def test_each_task_gets_its_tf_config_and_prefixed_output(tmp_path):
         print("task", config["task"]["type"], config["task"]["index"], json.dumps(config["cluster"]))
     """)
     lines = []
-    result = tfd.launch(path, workers=3, chief=True, timeout=60, on_output=lines.append, echo=False)
+    result = tfd.launch(path, tfd.Scaling(workers=3, chief=True), timeout=60,
+                        watch=tfd.Watch(on_output=lines.append, echo=False))
     assert [(t.task_type, t.task_index, t.returncode) for t in result.tasks] == [
         ("chief", 0, 0), ("worker", 0, 0), ("worker", 1, 0), ("worker", 2, 0)]
     assert set(lines) >= {f"[worker 2] task worker 2 {json.dumps(result.cluster)}",
@@ -66,7 +67,8 @@ def _square_of_index(extra):
 
 
 def test_function_target_returns_values():
-    result = tfd.launch(_square_of_index, workers=3, args=(10,), timeout=60, echo=False)
+    result = tfd.launch(_square_of_index, workers=3, args=(10,), timeout=60,
+                        watch=tfd.Watch(echo=False))
     assert result.values == [10, 11, 14]
 
 
@@ -78,14 +80,13 @@ def _attempt_and_stall_warning():
     return os.environ["TFDISTRIBUTED_ATTEMPT"], os.environ["TFDISTRIBUTED_STALL_WARNING"]
 
 
-def test_the_old_keyword_spellings_still_launch_for_one_release():
-    # Each family of launch()'s old keywords (an engine's, the restarts', the watch's) works, with
-    # one DeprecationWarning that gives the new spelling.
-    new = (r"use engine=tfd\.engines\.Local\(warm_start=False\), restarts=tfd\.Restarts\("
-           r"max_restarts=1\), watch=tfd\.Watch\(stall_warning=30\)\.$")
-    with pytest.warns(DeprecationWarning, match=new):
-        result = tfd.launch(_attempt_and_stall_warning, workers=1, timeout=120, echo=False,
-                            warm_start=False, max_restarts=1, stall_warning=30)
+def test_each_option_object_reaches_the_job():
+    # The engine's, the restarts' and the watch's options, each given in its object, reach the
+    # job: the first attempt fails and is restarted, and the tasks are told the stall warning.
+    result = tfd.launch(_attempt_and_stall_warning, workers=1, timeout=120,
+                        engine=tfd.engines.Local(warm_start=False),
+                        restarts=tfd.Restarts(max_restarts=1),
+                        watch=tfd.Watch(stall_warning=30, echo=False))
     assert result.restarts == 1 and result.values == [("1", "30")]
 
 
@@ -101,9 +102,10 @@ def test_prepare_task_changes_each_task_before_it_starts(tmp_path):
         print(role["type"], role["index"], os.environ["TASK_POSITION"], sorted(os.sched_getaffinity(0)))
     """)
     seen = []
-    result = tfd.launch(path, workers=2, chief=True, timeout=60, echo=False,
+    result = tfd.launch(path, tfd.Scaling(workers=2, chief=True), timeout=60,
                         engine=tfd.engines.Local(prepare_task=lambda task: (
-                            seen.append(task.name), _pin_first_core(task))))
+                            seen.append(task.name), _pin_first_core(task))),
+                        watch=tfd.Watch(echo=False))
     assert seen == ["chief 0", "worker 0", "worker 1"]
     core = min(os.sched_getaffinity(0))
     assert [t.output for t in result.tasks] == [[f"chief 0 0 [{core}]"], [f"worker 0 1 [{core}]"],
@@ -124,7 +126,8 @@ def test_a_failing_prepare_task_starts_nothing_and_leaves_no_files(tmp_path, mon
 
 def test_script_arguments_are_passed(tmp_path):
     path = script(tmp_path, "import sys; print(sys.argv[1:])")
-    result = tfd.launch(path, workers=1, args=["--epochs", 3], timeout=60, echo=False)
+    result = tfd.launch(path, workers=1, args=["--epochs", 3], timeout=60,
+                        watch=tfd.Watch(echo=False))
     assert result.tasks[0].output == ["['--epochs', '3']"]
 
 
@@ -138,7 +141,7 @@ def test_failing_task_is_named_and_the_others_are_stopped(tmp_path):
     """)
     t0 = time.monotonic()
     with pytest.raises(LaunchError) as info:
-        tfd.launch(path, workers=3, timeout=120, echo=False)
+        tfd.launch(path, workers=3, timeout=120, watch=tfd.Watch(echo=False))
     # Fast means well before the others' 120 s sleep and the 120 s timeout (usually ~2 s); the
     # margin holds on a busy 2-core machine, where starting 3 interpreters alone can take 10 s.
     assert time.monotonic() - t0 < 60
@@ -152,7 +155,7 @@ def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(tmp
     # Both ends pass while the supervisor is held in on_output: it sees them in one poll.
     path, held = peer_brought_down(tmp_path)
     with pytest.raises(LaunchError) as info:
-        tfd.launch(path, workers=2, timeout=120, echo=False, on_output=held)
+        tfd.launch(path, workers=2, timeout=120, watch=tfd.Watch(echo=False, on_output=held))
     assert_the_cause_is_named(info.value)
 
 
@@ -175,12 +178,13 @@ def test_the_cause_is_named_when_its_exit_status_arrives_after_the_consequences(
     from tfdistributed.engines.base import Deadline
     from tfdistributed.engines.local import supervisor
     from tfdistributed.engines.options import JobPlan
+    from tfdistributed.engines.output import job_relay
 
-    plan = JobPlan(script(tmp_path, "pass"), workers=2, ps=0, chief=False, cluster=None,
-                   timeout=60, env=None, args=(), cwd=None, on_output=None, echo=False,
-                   engine=tfd.engines.Local(), restarts=tfd.Restarts(), watch=tfd.Watch())
-    launcher = supervisor.LocalLauncher(plan)
-    job = launcher.job(0, Deadline(60, time.monotonic()))
+    watch = tfd.Watch(echo=False)
+    plan = JobPlan(target=script(tmp_path, "pass"), scaling=tfd.Scaling(workers=2),
+                   engine=tfd.engines.Local(), restarts=tfd.Restarts(), watch=watch, timeout=60)
+    launcher = plan.engine.launcher(plan, job_relay(watch))
+    job = launcher.job(0, Deadline(60, time.monotonic()), None)
     worker0, worker1 = job.tasks
     worker0.proc, worker1.proc = _Status(1), _Status(None)
     worker1.ended_at, worker0.ended_at = time.monotonic() - 2, time.monotonic() - 1
@@ -209,7 +213,7 @@ def test_a_launcher_killed_outright_takes_its_tasks_with_it(tmp_path, warm):
     """)
     launcher = script(tmp_path, f"""
         import tfdistributed as tfd
-        tfd.launch({task!r}, workers=2, timeout=300, echo=False,
+        tfd.launch({task!r}, workers=2, timeout=300, watch=tfd.Watch(echo=False),
                    engine=tfd.engines.Local(warm_start={warm!r}))
     """, name="launcher.py")
     proc = subprocess.Popen([sys.executable, launcher])
@@ -244,14 +248,14 @@ def test_sigkilled_task_is_named(tmp_path):
         time.sleep(120)
     """)
     with pytest.raises(LaunchError, match="Task worker 0 was killed by signal 9"):
-        tfd.launch(path, workers=2, timeout=120, echo=False)
+        tfd.launch(path, workers=2, timeout=120, watch=tfd.Watch(echo=False))
 
 
 def test_timeout_stops_everything(tmp_path):
     path = script(tmp_path, "import time; time.sleep(120)")
     t0 = time.monotonic()
     with pytest.raises(LaunchTimeoutError, match="did not finish within 3 s") as info:
-        tfd.launch(path, workers=2, timeout=3, echo=False)
+        tfd.launch(path, workers=2, timeout=3, watch=tfd.Watch(echo=False))
     # The tasks were stopped, not waited for (they sleep 120 s); usually ~4 s, with room for a
     # busy machine.
     assert time.monotonic() - t0 < 60
@@ -272,8 +276,9 @@ def test_task_that_never_joins_is_named_at_the_timeout(tmp_path):
     cluster = tfd.local_cluster(2)
     path = script(tmp_path, MWMS_SCRIPT)
     with pytest.raises(LaunchTimeoutError) as info:
-        tfd.launch(path, cluster=cluster, engine=tfd.engines.Local(tasks=[("worker", 0)]),
-                   timeout=15, echo=False)
+        tfd.launch(path, tfd.Scaling(cluster=cluster),
+                   engine=tfd.engines.Local(tasks=[("worker", 0)]), timeout=15,
+                   watch=tfd.Watch(echo=False))
     message = str(info.value)
     assert f"never joined the cluster (no server on their address): worker 1 ({cluster['worker'][1]})" in message
     assert "worker 0" in message.split("Still running")[1]
@@ -299,19 +304,19 @@ def test_port_already_in_use(tmp_path):
         busy.listen()
         address = f"127.0.0.1:{busy.getsockname()[1]}"
         with pytest.raises(LaunchError, match=f"worker 0 \\({address}\\) is already in use"):
-            tfd.launch(path, cluster={"worker": [address]}, timeout=10)
+            tfd.launch(path, tfd.Scaling(cluster={"worker": [address]}), timeout=10)
 
 
 def test_non_loopback_cluster_refused(tmp_path):
     path = script(tmp_path, "print('hi')")
     with pytest.raises(tfd.ClusterConfigError, match="not a loopback address"):
-        tfd.launch(path, cluster={"worker": ["192.0.2.10:2222"]}, timeout=10)
+        tfd.launch(path, tfd.Scaling(cluster={"worker": ["192.0.2.10:2222"]}), timeout=10)
 
 
 def test_r_script_target(tmp_path):
     path = script(tmp_path, 'cat("R task", jsonlite::fromJSON(Sys.getenv("TF_CONFIG"))$task$index, "\\n")',
                   name="task.R")
-    result = tfd.launch(path, workers=2, timeout=60, echo=False)
+    result = tfd.launch(path, workers=2, timeout=60, watch=tfd.Watch(echo=False))
     assert [t.output for t in result.tasks] == [["R task 0 "], ["R task 1 "]]
 
 

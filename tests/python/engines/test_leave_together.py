@@ -21,8 +21,8 @@ pytestmark = pytest.mark.cluster
 
 def race(*paths, **env):
     lines = []
-    result = tfd.launch(SCRIPT, workers=2, args=[str(SLOW), *paths], echo=False, timeout=240,
-                        env=env, on_output=lines.append)
+    result = tfd.launch(SCRIPT, workers=2, args=[str(SLOW), *paths], timeout=240, env=env,
+                        watch=tfd.Watch(echo=False, on_output=lines.append))
     return result, lines
 
 

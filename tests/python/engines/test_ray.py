@@ -37,8 +37,8 @@ def test_function_target_runs_keras_3_even_where_ray_train_asks_for_legacy(ray_c
     # What Ray Train's TensorFlow backend puts in every worker's environment.
     legacy = {"runtime_env": {"env_vars": {"TF_USE_LEGACY_KERAS": "1"}}}
     result = tfd.launch(_keras_and_task, workers=2, args=(7,),
-                        engine=tfd.engines.Ray(ray_options={"num_cpus": 1, **legacy}),
-                        timeout=120, echo=False)
+                        engine=tfd.engines.Ray(ray_options={"num_cpus": 1, **legacy}), timeout=120,
+                        watch=tfd.Watch(echo=False))
     assert [v[1:] for v in result.values] == [(None, {"type": "worker", "index": 0}, 7),
                                               (None, {"type": "worker", "index": 1}, 7)]
     assert all(v[0].startswith("3.") for v in result.values)
@@ -48,8 +48,8 @@ def test_function_target_runs_keras_3_even_where_ray_train_asks_for_legacy(ray_c
 def test_python_script_two_workers_identical_weights(ray_cluster, tmp_path):
     lines = []
     result = tfd.launch(str(SCRIPTS / "mwms_digits.py"), workers=2, engine=tfd.engines.Ray(),
-                        args=[str(tmp_path), "--epochs", "2"], timeout=300, echo=False,
-                        on_output=lines.append)
+                        args=[str(tmp_path), "--epochs", "2"], timeout=300,
+                        watch=tfd.Watch(echo=False, on_output=lines.append))
     assert [(t.name, t.returncode) for t in result.tasks] == [("worker 0", 0), ("worker 1", 0)]
     assert any(line.startswith("[worker 1] done:") for line in lines)
     assert_history_and_figures_came_back(result, lines, tmp_path)
@@ -66,7 +66,8 @@ def test_failing_task_fails_the_job_fast_and_by_name(ray_cluster, tmp_path):
     """))
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match="Task worker 1 exited with status 1") as info:
-        tfd.launch(str(path), workers=2, engine=tfd.engines.Ray(), timeout=120, echo=False)
+        tfd.launch(str(path), workers=2, engine=tfd.engines.Ray(), timeout=120,
+                   watch=tfd.Watch(echo=False))
     # Fast means before the 120 s timeout and worker 0's 300 s sleep; Ray's actors are slow to
     # start on a busy 2-core machine.
     assert time.monotonic() - t0 < 90
@@ -80,8 +81,8 @@ def test_the_task_that_ended_first_is_named_not_the_one_its_end_brought_down(ray
     # line is polled while it still runs and the job is held (4 s) while both tasks end.
     path, held = peer_brought_down(tmp_path, pause=1.0, hold=4.0)
     with pytest.raises(LaunchError) as info:
-        tfd.launch(path, workers=2, engine=tfd.engines.Ray(), timeout=120, echo=False,
-                   on_output=held)
+        tfd.launch(path, workers=2, engine=tfd.engines.Ray(), timeout=120,
+                   watch=tfd.Watch(echo=False, on_output=held))
     assert_the_cause_is_named(info.value)
 
 
@@ -104,8 +105,8 @@ def _kill_my_actor(pid_dir):
 def test_a_lost_actor_fails_the_job_by_name(ray_cluster, tmp_path):
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match="Task worker 0 was lost: its Ray actor died"):
-        tfd.launch(_kill_my_actor, workers=2, engine=tfd.engines.Ray(), timeout=120, echo=False,
-                   args=(str(tmp_path),))
+        tfd.launch(_kill_my_actor, workers=2, engine=tfd.engines.Ray(), timeout=120,
+                   args=(str(tmp_path),), watch=tfd.Watch(echo=False))
     # Noticed before the 120 s timeout (a dead actor's poll answers at once, a silent one after
     # 30 s), with room for a busy machine.
     assert time.monotonic() - t0 < 100
@@ -116,29 +117,6 @@ def test_a_lost_actor_fails_the_job_by_name(ray_cluster, tmp_path):
             break
         time.sleep(0.5)
     assert pids and not [p for p in pids if psutil.pid_exists(p)]
-
-
-def test_the_old_max_failures_still_runs_the_job_again_and_says_the_new_spelling(ray_cluster,
-                                                                               tmp_path):
-    # Ray Train's name, once an option of backend="ray": one release more, with a warning.
-    path = tmp_path / "flaky.py"
-    marker = tmp_path / "failed-once"
-    path.write_text(textwrap.dedent(f"""
-        import os
-        if not os.path.exists({str(marker)!r}):
-            open({str(marker)!r}, "w").close()
-            raise SystemExit("first attempt fails")
-        print("second attempt", flush=True)
-    """))
-    lines = []
-    with pytest.warns(DeprecationWarning, match=r"use engine=tfd\.engines\.Ray\(\), "
-                                                r"restarts=tfd\.Restarts\(max_restarts=1\)"):
-        result = tfd.launch(str(path), workers=1, backend="ray", timeout=120, echo=False,
-                            max_failures=1, on_output=lines.append)
-    assert result.tasks[0].output == ["second attempt"]
-    assert result.restarts == 1
-    assert "[tfdistributed] worker 0 exited with status 1 on attempt 1 of 2 (first attempt " \
-           "fails); restarting the job" in lines
 
 
 def test_max_restarts_as_on_the_local_engine(ray_cluster, tmp_path):
@@ -154,13 +132,14 @@ def test_max_restarts_as_on_the_local_engine(ray_cluster, tmp_path):
         print("attempt", attempt, flush=True)
     """))
     result = tfd.launch(str(path), workers=1, engine=tfd.engines.Ray(),
-                        restarts=tfd.Restarts(max_restarts=1), timeout=120, echo=False)
+                        restarts=tfd.Restarts(max_restarts=1), timeout=120,
+                        watch=tfd.Watch(echo=False))
     assert result.tasks[0].output == ["attempt 1"]
     assert [a["error"] for a in result.attempts] == ["lost on attempt 0", None]
     with pytest.raises(LaunchError, match="failed the same way on attempts 2 and 3") as info:
         tfd.launch(str(path), workers=1, engine=tfd.engines.Ray(),
-                   restarts=tfd.Restarts(max_restarts=5), timeout=120, echo=False,
-                   env={"BUG": "1"})
+                   restarts=tfd.Restarts(max_restarts=5), timeout=120, env={"BUG": "1"},
+                   watch=tfd.Watch(echo=False))
     assert len(info.value.attempts) == 3
 
 
@@ -170,7 +149,8 @@ def test_timeout_stops_every_task(ray_cluster, tmp_path):
     # 15 s: room for Ray to start both actors on a busy machine (else the timeout is Ray's
     # placement's, with another message).
     with pytest.raises(LaunchTimeoutError, match="did not finish within 15 s") as info:
-        tfd.launch(str(path), workers=2, engine=tfd.engines.Ray(), timeout=15, echo=False)
+        tfd.launch(str(path), workers=2, engine=tfd.engines.Ray(), timeout=15,
+                   watch=tfd.Watch(echo=False))
     assert "worker 0, worker 1" in str(info.value)
     assert processes_running(str(path)) == []
 
@@ -178,4 +158,4 @@ def test_timeout_stops_every_task(ray_cluster, tmp_path):
 def test_more_tasks_than_the_cluster_can_place_is_a_timeout_that_says_so(ray_cluster):
     with pytest.raises(LaunchTimeoutError, match="Ray could not start the job's 3 task actors"):
         tfd.launch(_keras_and_task, workers=3, args=(0,), engine=tfd.engines.Ray(), timeout=5,
-                   echo=False)
+                   watch=tfd.Watch(echo=False))

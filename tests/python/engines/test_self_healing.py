@@ -44,9 +44,10 @@ def flaky(tmp_path, how, fail_until, **kwargs):
     logs.mkdir()
     lines = []
     env = {"LOG_DIR": str(logs), "FAIL_UNTIL": str(fail_until), "HOW": how}
-    options = dict(dict(timeout=120, on_output=lines.append), **kwargs)
+    options = dict(dict(timeout=120, watch=tfd.Watch(echo=False, on_output=lines.append)),
+                   **kwargs)
     try:
-        outcome = tfd.launch(script(tmp_path, FLAKY), workers=2, env=env, echo=False, **options)
+        outcome = tfd.launch(script(tmp_path, FLAKY), workers=2, env=env, **options)
     except tfd.LaunchError as error:
         outcome = error
     return outcome, lines, sorted(os.listdir(logs))
@@ -131,7 +132,7 @@ def test_an_interrupt_stops_every_task_and_restarts_none(tmp_path):
     # Ctrl-C at worker 1's first line (its traceback), worker 0 still running.
     with pytest.raises(KeyboardInterrupt):
         flaky(tmp_path, "differently", 1, restarts=tfd.Restarts(max_restarts=3),
-              on_output=interrupt)
+              watch=tfd.Watch(echo=False, on_output=interrupt))
     assert sorted(os.listdir(tmp_path / "logs")) == ["0-0", "1-0"]
 
 
@@ -168,7 +169,7 @@ EXAMPLES, EPOCH, STEPS = 1280, 20, 40
 def job(outdir, *args, **kwargs):
     outdir.mkdir()
     return tfd.launch(SCRIPT, workers=2, args=[str(outdir), "--examples", str(EXAMPLES), *args],
-                      echo=False, **dict(dict(timeout=300), **kwargs))
+                      **dict(dict(timeout=300, watch=tfd.Watch(echo=False)), **kwargs))
 
 
 def report(outdir, task="worker-0"):
@@ -221,7 +222,7 @@ def test_a_worker_killed_at_a_random_step_resumes_at_the_last_backup(tmp_path, u
     lines = []
     result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
                  "--stop-at", str(stop_at), restarts=tfd.Restarts(max_restarts=1),
-                 on_output=lines.append)
+                 watch=tfd.Watch(echo=False, on_output=lines.append))
     assert result.restarts == 1, stop_at
     # The survivor, if it failed before it was stopped, says it lost a peer, in one line, not
     # with TensorFlow's graph-node traceback.
@@ -288,9 +289,10 @@ def test_a_powersgd_job_resumed_on_one_worker_keeps_the_optimizer_and_drops_the_
         outdir = tmp_path / strategy
         outdir.mkdir()
         lines = said[strategy] = []
-        tfd.launch(SCRIPT, workers=1, timeout=300, echo=False, on_output=lines.append,
+        tfd.launch(SCRIPT, workers=1, timeout=300,
                    args=[str(outdir), *common, "--backup", str(tmp_path / backup),
-                         "--strategy", strategy])
+                         "--strategy", strategy],
+                   watch=tfd.Watch(echo=False, on_output=lines.append))
         # The default strategy has no task: its report is "None-None".
         resumed = report(outdir, "None-None" if strategy == "auto" else "worker-0")
         assert resumed["trained"][0] == list(range(11, STEPS + 1))  # from the backup of step 10
@@ -329,7 +331,7 @@ def test_the_same_worker_killed_on_consecutive_attempts_after_progress_heals(tmp
     lines = []
     result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
                  "--stop-at", ",".join(map(str, steps)), restarts=tfd.Restarts(max_restarts=5),
-                 on_output=lines.append, timeout=600)
+                 watch=tfd.Watch(echo=False, on_output=lines.append), timeout=600)
     assert result.restarts == 3, steps
     assert [a["task"] for a in result.attempts[:3]] == ["worker 1"] * 3, steps
     assert {a["ended"] for a in result.attempts[:3]} == {"was killed by signal 9"}
@@ -373,7 +375,8 @@ def test_a_preempted_worker_makes_every_worker_back_up_and_exit_for_a_restart(tm
     lines = []
     result = job(outdir, "--save-freq", str(SAVE_FREQ), "--backup", str(backup),
                  "--stop-at", str(stop_at), "--signal", "TERM", "--slow-decision", "2",
-                 restarts=tfd.Restarts(max_restarts=1), on_output=lines.append)
+                 restarts=tfd.Restarts(max_restarts=1),
+                 watch=tfd.Watch(echo=False, on_output=lines.append))
     assert result.restarts == 1, stop_at
     assert result.attempts[0]["ended"] == f"was preempted (exit status {tfd.PREEMPTED_EXIT_CODE})"
     assert result.attempts[0]["preempted"]
@@ -542,8 +545,9 @@ def test_a_parameter_server_job_that_loses_its_ps_restarts_from_the_backup(tmp_p
     outdir, backup = tmp_path / "out", tmp_path / "backup"
     outdir.mkdir()
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "ps_lose_ps.py")
-    result = tfd.launch(script, workers=1, ps=1, chief=True, args=[str(outdir), str(backup)],
-                        restarts=tfd.Restarts(max_restarts=1), timeout=300, echo=False)
+    result = tfd.launch(script, tfd.Scaling(workers=1, ps=1, chief=True),
+                        args=[str(outdir), str(backup)], restarts=tfd.Restarts(max_restarts=1),
+                        timeout=300, watch=tfd.Watch(echo=False))
     assert result.restarts == 1
     assert result.attempts[0]["task"] in ("ps 0", "chief 0"), result.attempts
     assert sorted(os.listdir(outdir)) == ["result-1.json"]

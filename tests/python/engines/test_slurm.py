@@ -2,7 +2,7 @@
 
 Inside `srun`, make_strategy("auto") / distribute_strategy("auto") builds the cluster from
 SLURM's environment with no TF_CONFIG and no SLURM code in the script; launch(...,
-backend="slurm") submits with sbatch, follows each task, and cancels failed or late jobs. Jobs
+engine=Slurm()) submits with sbatch, follows each task, and cancels failed or late jobs. Jobs
 held in the queue (`sbatch --hold`, released by `ReleaseAfter`) show that the timeout counts
 running time, not the wait in the queue.
 """
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
 class ReleaseAfter:
-    """``launch(on_output=)`` for jobs submitted held (``Slurm(sbatch_args=["--hold"])``):
+    """``Watch(on_output=)`` for jobs submitted held (``Slurm(sbatch_args=["--hold"])``):
     keeps the lines, and ``scontrol release``-s each submitted job ``seconds`` after its
     submission line, from a timer thread, noting the time limit SLURM gave it (``TimeLimit``)
     first. A context manager: timers not yet fired are cancelled on exit."""
@@ -145,7 +145,7 @@ def _task_and_argument(x):
 def test_launch_function_target_returns_each_tasks_value(slurm_cluster):
     result = tfd.launch(_task_and_argument, workers=2, args=("hi",),
                         engine=tfd.engines.Slurm(partition=slurm_cluster.partition, time="5"),
-                        timeout=120, echo=False)
+                        timeout=120, watch=tfd.Watch(echo=False))
     assert result.values == [({"type": "worker", "index": 0}, "0", "hi"),
                              ({"type": "worker", "index": 1}, "1", "hi")]
     assert [t.returncode for t in result.tasks] == [0, 0]
@@ -158,8 +158,8 @@ def test_launch_function_target_returns_each_tasks_value(slurm_cluster):
 def test_launch_python_script_two_workers_identical_weights(slurm_cluster, tmp_path):
     lines = []
     result = tfd.launch(str(SCRIPTS / "mwms_digits.py"), workers=2, engine=tfd.engines.Slurm(),
-                        args=[str(tmp_path), "--epochs", "2"], timeout=300, echo=False,
-                        on_output=lines.append)
+                        args=[str(tmp_path), "--epochs", "2"], timeout=300,
+                        watch=tfd.Watch(echo=False, on_output=lines.append))
     assert [(t.name, t.returncode) for t in result.tasks] == [("worker 0", 0), ("worker 1", 0)]
     assert any(line.startswith("[worker 1] done:") for line in lines)
     assert_history_and_figures_came_back(result, lines, tmp_path)
@@ -177,7 +177,8 @@ def test_failing_task_fails_the_job_fast_and_by_name(slurm_cluster, tmp_path):
     """))
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match=r"Task worker 1 exited with status 1") as info:
-        tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(), timeout=120, echo=False)
+        tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(), timeout=120,
+                   watch=tfd.Watch(echo=False))
     # Fast means before the 120 s timeout and worker 0's 300 s sleep: submission, start-up and
     # the cancel (which waits until SLURM lets go of the job) fit with room on a busy machine.
     assert time.monotonic() - t0 < 90
@@ -201,8 +202,8 @@ def test_max_restarts_submits_the_job_again_and_each_attempt_waits_in_the_queue(
     # than the 20 s timeout, which counts the attempts' running time only.
     with ReleaseAfter(slurm_cluster, 12) as releaser:
         result = tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(sbatch_args=["--hold"]),
-                            restarts=tfd.Restarts(max_restarts=1), timeout=20, echo=False,
-                            on_output=releaser)
+                            restarts=tfd.Restarts(max_restarts=1), timeout=20,
+                            watch=tfd.Watch(echo=False, on_output=releaser))
     lines = releaser.lines
     assert result.restarts == 1
     assert [t.output for t in result.tasks] == [["attempt 1"], ["attempt 1"]]
@@ -232,7 +233,7 @@ def test_timeout_counts_running_time_after_the_wait_in_the_queue(slurm_cluster, 
     with ReleaseAfter(slurm_cluster, 16) as releaser, pytest.raises(
             LaunchTimeoutError, match="did not finish within 12 s and was cancelled") as info:
         tfd.launch(str(path), workers=2, engine=tfd.engines.Slurm(sbatch_args=["--hold"]),
-                   timeout=12, echo=False, on_output=releaser)
+                   timeout=12, watch=tfd.Watch(echo=False, on_output=releaser))
     # Cancelled, not waited for (the tasks sleep 300 s): the cancel alone may wait up to 30 s
     # for SLURM to let go of the job, more on a busy machine.
     assert 16 + 12 <= time.monotonic() - t0 < 150
@@ -252,9 +253,9 @@ def test_queue_timeout_cancels_a_job_that_never_leaves_the_queue(slurm_cluster):
     lines = []
     t0 = time.monotonic()
     with pytest.raises(LaunchTimeoutError) as info:
-        tfd.launch(_task_and_argument, workers=1, args=("held",), echo=False,
-                   engine=tfd.engines.Slurm(sbatch_args=["--hold"], queue_timeout=3),
-                   timeout=120, on_output=lines.append)
+        tfd.launch(_task_and_argument, workers=1, args=("held",),
+                   engine=tfd.engines.Slurm(sbatch_args=["--hold"], queue_timeout=3), timeout=120,
+                   watch=tfd.Watch(echo=False, on_output=lines.append))
     assert time.monotonic() - t0 < 60
     job = re.match(r"\[launch\] submitted SLURM job (\d+) ", lines[0]).group(1)
     assert re.match(rf"SLURM job {job} waited \d+ s in the queue without starting \(JobHeldUser: "
@@ -279,9 +280,9 @@ def _parameter_server_chief():
 
 def test_parameter_server_job_on_slurm_servers_stop_after_the_chief(slurm_cluster):
     # 4 tasks on 2 CPUs: --overcommit lets SLURM start them all (the servers mostly wait).
-    result = tfd.launch(_parameter_server_chief, workers=2, ps=1, chief=True,
-                        engine=tfd.engines.Slurm(sbatch_args=["--overcommit"]),
-                        timeout=240, echo=False)
+    result = tfd.launch(_parameter_server_chief, tfd.Scaling(workers=2, ps=1, chief=True),
+                        engine=tfd.engines.Slurm(sbatch_args=["--overcommit"]), timeout=240,
+                        watch=tfd.Watch(echo=False))
     assert [(t.name, t.server, t.returncode) for t in result.tasks] == [
         ("chief 0", False, 0), ("ps 0", True, 0), ("worker 0", True, 0), ("worker 1", True, 0)]
     num_ps, device, value = result.values[0]
@@ -329,15 +330,6 @@ def test_reading_slurms_environment_does_not_load_the_sbatch_engine():
         capture_output=True, text=True, timeout=120).stdout
 
 
-def test_the_old_slurm_spelling_still_submits_and_says_the_new_one(slurm_cluster):
-    # launch(backend="slurm", partition=...) works for one release, with a warning.
-    new = r"use engine=tfd\.engines\.Slurm\(partition='tfd'\)"
-    with pytest.warns(DeprecationWarning, match=new):
-        result = tfd.launch(_task_and_argument, workers=1, args=("old",), backend="slurm",
-                            partition=slurm_cluster.partition, timeout=120, echo=False)
-    assert result.values == [({"type": "worker", "index": 0}, "0", "old")]
-
-
 def test_engine_arguments_are_checked_before_anything_starts():
     with pytest.raises(tfd.ArgumentTypeError, match=r"`engine` must be an engine.*Slurm\(\)"):
         tfd.launch(_task_and_argument, engine="slurm")
@@ -346,15 +338,14 @@ def test_engine_arguments_are_checked_before_anything_starts():
     with pytest.raises(tfd.ArgumentTypeError, match="`queue_timeout` must be a number of seconds"):
         tfd.engines.Slurm(queue_timeout="1h")
     with pytest.raises(tfd.ArgumentTypeError, match="`cluster` only applies to local clusters"):
-        tfd.launch(_task_and_argument, cluster=tfd.local_cluster(2), engine=tfd.engines.Slurm())
-    # The old spellings, checked as well.
-    with pytest.raises(tfd.ArgumentTypeError, match="'local', 'slurm' or 'ray'.*Did you mean 'slurm'"):
-        tfd.launch(_task_and_argument, backend="slrum")
-    with pytest.raises(tfd.ArgumentTypeError, match="`prepare_task` is an option of the local"):
-        tfd.launch(_task_and_argument, backend="slurm", prepare_task=lambda task: None)
-    fix = r"`partition` is an option of the slurm engine.*engine=tfd\.engines\.Slurm\(partition="
-    with pytest.raises(tfd.ArgumentTypeError, match=fix):
-        tfd.launch(_task_and_argument, partition="gpu")
+        tfd.launch(_task_and_argument, tfd.Scaling(cluster=tfd.local_cluster(2)),
+                   engine=tfd.engines.Slurm())
+    with pytest.raises(tfd.ArgumentTypeError, match="`gpus_per_task='all'` is for tasks on this "
+                                                    "machine; Slurm gives each task a number"):
+        tfd.launch(_task_and_argument, tfd.Scaling(gpus_per_task="all"),
+                   engine=tfd.engines.Slurm())
+    with pytest.raises(TypeError, match="prepare_task"):
+        tfd.engines.Slurm(prepare_task=lambda task: None)
 
 
 def test_command_line_launches_on_slurm(slurm_cluster, tmp_path):

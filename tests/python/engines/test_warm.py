@@ -54,10 +54,11 @@ def training():
     """The same multi-worker and parameter-server jobs, started cold and warm."""
     runs = {}
     for warm in (False, True):
-        for name, counts in (("multi_worker_mirrored", dict(workers=2)),
-                             ("parameter_server", dict(workers=1, ps=1, chief=True))):
-            runs[name, warm] = tfd.launch(_train, **counts, args=(name,), timeout=300, echo=False,
-                                          engine=tfd.engines.Local(warm_start=warm))
+        for name, shape in (("multi_worker_mirrored", tfd.Scaling(workers=2)),
+                            ("parameter_server", tfd.Scaling(workers=1, ps=1, chief=True))):
+            runs[name, warm] = tfd.launch(_train, shape, args=(name,), timeout=300,
+                                          engine=tfd.engines.Local(warm_start=warm),
+                                          watch=tfd.Watch(echo=False))
     return runs
 
 
@@ -94,8 +95,8 @@ def test_a_warm_task_runs_as_python_would_run_it(tmp_path):
                           "draw": float(np.random.rand()), "role": role["index"]}, f)
     """)
     result = tfd.launch(path, workers=2, args=("a", 1), env={"MINE": "yes"}, timeout=120,
-                        echo=False, engine=tfd.engines.Local(warm_start=True),
-                        cwd=str(tmp_path))
+                        engine=tfd.engines.Local(warm_start=True), cwd=str(tmp_path),
+                        watch=tfd.Watch(echo=False))
     seen = [json.loads((tmp_path / f"seen-{i}.json").read_text()) for i in (0, 1)]
     assert [t.returncode for t in result.tasks] == [0, 0]
     for record in seen:
@@ -119,8 +120,8 @@ def test_a_warm_task_ends_with_the_status_a_fresh_python_would(tmp_path, body, m
     path = script(tmp_path, body)
     for warm in (False, True):
         with pytest.raises(LaunchError, match=message) as caught:
-            tfd.launch(path, workers=1, timeout=120, echo=False,
-                       engine=tfd.engines.Local(warm_start=warm))
+            tfd.launch(path, workers=1, timeout=120, engine=tfd.engines.Local(warm_start=warm),
+                       watch=tfd.Watch(echo=False))
         if "ValueError" in body:
             lines = caught.value.results[0].output
             # The traceback starts at the script, as Python prints it.
@@ -137,7 +138,8 @@ def test_a_hanging_warm_job_is_stopped_at_its_timeout_and_leaves_nothing(tmp_pat
     started = time.monotonic()
     with pytest.raises(LaunchTimeoutError, match="did not finish within 20 s"):
         tfd.launch(path, workers=2, timeout=20, engine=tfd.engines.Local(warm_start=True),
-                   restarts=tfd.Restarts(grace=2), echo=False, on_output=lines.append)
+                   restarts=tfd.Restarts(grace=2),
+                   watch=tfd.Watch(echo=False, on_output=lines.append))
     assert time.monotonic() - started < 60
     pids = [int(line.split()[-1]) for line in lines if " pid " in line]
     assert len(pids) == 2
@@ -152,8 +154,8 @@ def test_a_warm_task_stopped_by_sigterm_reports_the_signal(tmp_path):
         time.sleep(60)
     """)
     with pytest.raises(LaunchError, match="killed by signal 15"):
-        tfd.launch(path, workers=1, timeout=120, echo=False,
-                   engine=tfd.engines.Local(warm_start=True))
+        tfd.launch(path, workers=1, timeout=120, engine=tfd.engines.Local(warm_start=True),
+                   watch=tfd.Watch(echo=False))
 
 
 def test_a_warm_tasks_cpu_is_counted_when_it_ends(tmp_path):
@@ -166,8 +168,8 @@ def test_a_warm_tasks_cpu_is_counted_when_it_ends(tmp_path):
             pass
     """)
     before = client.tasks_cpu_seconds()
-    tfd.launch(path, workers=2, timeout=120, echo=False,
-               engine=tfd.engines.Local(warm_start=True))
+    tfd.launch(path, workers=2, timeout=120, engine=tfd.engines.Local(warm_start=True),
+               watch=tfd.Watch(echo=False))
     assert 2.0 <= client.tasks_cpu_seconds() - before < 10.0
 
 
@@ -181,8 +183,9 @@ def test_what_cannot_be_forked_starts_the_usual_way(tmp_path):
     def pin(task):
         task.preexec_fn = lambda: None
 
-    tfd.launch(path, workers=1, timeout=120, echo=False, on_output=lines.append,
-               engine=tfd.engines.Local(warm_start=True, prepare_task=pin))
+    tfd.launch(path, workers=1, timeout=120,
+               engine=tfd.engines.Local(warm_start=True, prepare_task=pin),
+               watch=tfd.Watch(echo=False, on_output=lines.append))
     assert f"[worker 0] parent {os.getpid()}" in lines
     python = sys.executable
     assert client._warm_argv([python, "-m", "tfdistributed", "server"], python).argv == [
@@ -201,9 +204,9 @@ def test_a_server_that_cannot_start_is_named_and_the_tasks_start_cold(tmp_path):
     """)
     lines = []
     # Keras refuses an unknown backend at import: the server cannot start with this environment.
-    result = tfd.launch(path, workers=2, timeout=180, echo=False, on_output=lines.append,
-                        engine=tfd.engines.Local(warm_start=True),
-                        env={"KERAS_BACKEND": "no-such-backend"})
+    result = tfd.launch(path, workers=2, timeout=180, engine=tfd.engines.Local(warm_start=True),
+                        env={"KERAS_BACKEND": "no-such-backend"},
+                        watch=tfd.Watch(echo=False, on_output=lines.append))
     assert [t.returncode for t in result.tasks] == [0, 0]
     assert f"[worker 0] parent {os.getpid()}" in lines
     told = [line for line in lines if "warm-start server" in line]
@@ -226,9 +229,8 @@ def test_a_server_whose_imports_print_on_stdout_still_starts(tmp_path):
     lines = []
     # PYTHONPATH is read at import: a server of this test's own.
     pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    tfd.launch(path, workers=1, timeout=120, echo=False,
-               engine=tfd.engines.Local(warm_start=True), env={"PYTHONPATH": pythonpath},
-               on_output=lines.append)
+    tfd.launch(path, workers=1, timeout=120, engine=tfd.engines.Local(warm_start=True),
+               env={"PYTHONPATH": pythonpath}, watch=tfd.Watch(echo=False, on_output=lines.append))
     assert not [line for line in lines if "warm-start server" in line], lines
     parent = int(next(line for line in lines if " parent " in line).split()[-1])
     assert parent in client.server_pids()
@@ -251,15 +253,16 @@ def test_a_task_whose_server_dies_is_not_reported_as_succeeded(tmp_path):
     env = {"TF_TEST_OWN_SERVER": "1"}
     lines = []
     with pytest.raises(LaunchError, match=f"exited with status {client.LOST_STATUS}"):
-        tfd.launch(path, workers=1, args=("kill",), timeout=120, echo=False,
+        tfd.launch(path, workers=1, args=("kill",), timeout=120,
                    engine=tfd.engines.Local(warm_start=True), env=env,
-                   on_output=lines.append)
+                   watch=tfd.Watch(echo=False, on_output=lines.append))
     assert any("the warm server that started worker 0 died; its exit status is lost" in line
                for line in lines)
     # The next job with that environment gets a new server.
     lines.clear()
-    tfd.launch(path, workers=1, args=("again",), timeout=120, echo=False,
-               engine=tfd.engines.Local(warm_start=True), env=env, on_output=lines.append)
+    tfd.launch(path, workers=1, args=("again",), timeout=120,
+               engine=tfd.engines.Local(warm_start=True), env=env,
+               watch=tfd.Watch(echo=False, on_output=lines.append))
     parent = int(next(line for line in lines if " parent " in line).split()[-1])
     assert parent in client.server_pids()
 
@@ -286,9 +289,6 @@ def test_the_environment_variable_is_checked(monkeypatch):
 def test_warm_starts_are_the_local_engines():
     with pytest.raises(TypeError, match="warm_start"):
         tfd.engines.Slurm(warm_start=True)
-    with pytest.raises(tfd.ArgumentTypeError, match="`warm_start` is an option of the local "
-                                                    "engine, not of the slurm one"):
-        tfd.launch(_train, workers=1, backend="slurm", warm_start=True)
 
 
 def test_shutdown_stops_every_server():
@@ -310,14 +310,16 @@ def _repairs_and_parent():
 
 
 def test_a_variable_read_at_import_gets_a_server_of_its_own_and_others_do_not():
-    plain = tfd.launch(_repairs_and_parent, workers=1, timeout=120, echo=False,
-                       engine=tfd.engines.Local(warm_start=True), env={"MY_OWN": "1"})
-    other = tfd.launch(_repairs_and_parent, workers=1, timeout=120, echo=False,
+    plain = tfd.launch(_repairs_and_parent, workers=1, timeout=120,
+                       engine=tfd.engines.Local(warm_start=True), env={"MY_OWN": "1"},
+                       watch=tfd.Watch(echo=False))
+    other = tfd.launch(_repairs_and_parent, workers=1, timeout=120,
                        engine=tfd.engines.Local(warm_start=True),
-                       env={"MY_OWN": "2", "TFDISTRIBUTED_ATTEMPT": "7"})
-    off = tfd.launch(_repairs_and_parent, workers=1, timeout=120, echo=False,
+                       env={"MY_OWN": "2", "TFDISTRIBUTED_ATTEMPT": "7"},
+                       watch=tfd.Watch(echo=False))
+    off = tfd.launch(_repairs_and_parent, workers=1, timeout=120,
                      engine=tfd.engines.Local(warm_start=True),
-                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "all"})
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "all"}, watch=tfd.Watch(echo=False))
     (repairs, parent), (repairs2, parent2), (none, parent3) = (
         plain.values[0], other.values[0], off.values[0])
     # Variables read at run time do not matter: the same server.

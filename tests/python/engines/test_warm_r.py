@@ -47,7 +47,7 @@ def both(path, workdir, **options):
     runs = {}
     for warm in (False, True):
         try:
-            runs[warm] = tfd.launch(path, timeout=300, echo=False,
+            runs[warm] = tfd.launch(path, timeout=300, watch=tfd.Watch(echo=False),
                                     engine=tfd.engines.Local(warm_start=warm), cwd=str(workdir),
                                     **{"workers": 1, **options})
         except LaunchError as e:
@@ -90,9 +90,10 @@ def test_a_warm_r_task_runs_as_rscript_would_run_it(workdir):
     runs = {}
     for warm in (False, True):
         mode = "warm" if warm else "cold"
-        runs[warm] = tfd.launch(path, workers=2, args=("a", "b c"), timeout=300, echo=False,
+        runs[warm] = tfd.launch(path, workers=2, args=("a", "b c"), timeout=300,
                                 engine=tfd.engines.Local(warm_start=warm), cwd=str(workdir),
-                                env={**R_ENV, "MINE": "yes", "MODE": mode})
+                                env={**R_ENV, "MINE": "yes", "MODE": mode},
+                                watch=tfd.Watch(echo=False))
     cold, warm = runs[False], runs[True]
     assert [t.returncode for t in warm.tasks] == [0, 0]
     for c, w in zip(cold.tasks, warm.tasks):
@@ -182,9 +183,9 @@ def test_a_2_worker_r_job_trains_warm_to_the_numbers_it_trains_cold(workdir):
     for warm in (False, True):
         out = workdir / f"digits-{warm}"
         out.mkdir()
-        result = tfd.launch(DIGITS, workers=2, args=(str(out), 1), timeout=300, echo=False,
-                            engine=tfd.engines.Local(warm_start=warm),
-                            cwd=str(workdir), env=R_ENV)
+        result = tfd.launch(DIGITS, workers=2, args=(str(out), 1), timeout=300,
+                            engine=tfd.engines.Local(warm_start=warm), cwd=str(workdir), env=R_ENV,
+                            watch=tfd.Watch(echo=False))
         assert [t.returncode for t in result.tasks] == [0, 0]
         outputs[warm] = [[line for line in output(t) if "test accuracy" in line]
                          for t in result.tasks]
@@ -205,10 +206,10 @@ def test_an_r_server_that_cannot_start_is_named_and_the_tasks_start_cold(tmp_pat
     # An R library without tfdistributed: the server cannot load it; the task itself needs none.
     empty = tmp_path / "empty-library"
     empty.mkdir()
-    result = tfd.launch(path, workers=2, timeout=120, echo=False,
-                        engine=tfd.engines.Local(warm_start=True),
-                        on_output=lines.append, cwd=str(tmp_path),
-                        env={**R_ENV, "R_LIBS": str(empty), "R_LIBS_USER": str(empty)})
+    result = tfd.launch(path, workers=2, timeout=120, engine=tfd.engines.Local(warm_start=True),
+                        cwd=str(tmp_path),
+                        env={**R_ENV, "R_LIBS": str(empty), "R_LIBS_USER": str(empty)},
+                        watch=tfd.Watch(echo=False, on_output=lines.append))
     assert [t.returncode for t in result.tasks] == [0, 0]
     told = [line for line in lines if "warm-start server" in line]
     assert len(told) == 1, lines
@@ -257,9 +258,8 @@ def test_r_servers_do_not_push_python_ones_out(tmp_path, monkeypatch):
     """)
 
     def parent(path, **env):
-        result = tfd.launch(path, workers=1, timeout=120, echo=False,
-                            engine=tfd.engines.Local(warm_start=True),
-                            cwd=str(tmp_path), env={**R_ENV, **env})
+        result = tfd.launch(path, workers=1, timeout=120, engine=tfd.engines.Local(warm_start=True),
+                            cwd=str(tmp_path), env={**R_ENV, **env}, watch=tfd.Watch(echo=False))
         return int(output(result.tasks[0])[-1].split()[-1])
 
     python_server = parent(str(python_task))

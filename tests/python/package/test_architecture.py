@@ -12,20 +12,28 @@ short functions, and an R package that uses only the backend's public names.
 - No private name crosses modules: ``from .x import _y`` reaches into ``x``'s insides.
 - No R file reaches into a private backend module (`` backend()$`_args` ``): R keeps no rules
   of its own and calls what Python users call.
-- ``launch()`` takes the target, the cluster's shape and a few option objects: at most 14
-  parameters (and, for one release, the old spellings' ``**deprecated_keywords``), and each
-  engine's launcher is made from one plan: at most 8 parameters.
+- One module installs import hooks (``versions.after_import``).
+- ``launch()`` takes the target, the job's shape (a ``Scaling``) and a few option objects: at
+  most 10 named parameters, no catch-all.
+- Each engine is one folder whose option object makes a launcher that subclasses the
+  ``Launcher`` protocol, is made from the plan and the relay alone and copies no field of the
+  plan; the protocol (``Launcher`` and ``Job`` of engines/base.py) declares everything
+  restarts.py and elastic/ use; and no engine module checks ``workers``, ``ps`` or ``chief``
+  (``Scaling`` does, once).
 - Each default of ``launch()``'s options is written once: no function or dataclass of the
   backend retypes it under the option's name (a named constant is fine: it is the one place),
-  no ``DEFAULT_*`` constant is defined in two modules, and R's launch functions
-  (``launch_cluster()``, ``local_hosts()``, ``slurm()``, ``ray()``, ``restarts()``,
-  ``watching()``) give their options no default but ``NULL`` or none: R passes on only what the
-  user gave.
+  and no ``DEFAULT_*`` constant is defined in two modules.
+- R never retypes a default of the backend: every exported R function that reaches the
+  backend (through ``backend()$...``, in its body or its helpers) gives an argument no default
+  but none or ``NULL`` (where Python's is None or empty), under Python's name unless R's
+  conventions ask for another (``R_NAMES``, each listed in the Python-and-R article). The check
+  itself is shown to fail on a retyped default, a renamed argument and a default Python lacks.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -216,13 +224,14 @@ def _graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
 LAYERS = {
     "errors": set(),
     "_args": {"errors"},
-    # The supported releases and the installed ones, from metadata (no TensorFlow import).
+    # The supported releases and the installed ones, from metadata (no TensorFlow import), and
+    # the one import hook: what runs once TensorFlow or Keras is imported.
     "versions": {"errors"},
-    "cluster": {"errors", "_args"},
+    "cluster": {"errors", "_args", "versions"},
     "data": {"errors", "_args"},
     "watch": {"errors", "_args"},
     "strategies": {"errors", "_args", "cluster"},
-    "training": {"errors", "_args", "cluster", "strategies", "data", "watch"},
+    "training": {"errors", "_args", "versions", "cluster", "strategies", "data", "watch"},
     "engines": {"errors", "_args", "cluster", "strategies", "watch"},
     "r": {"errors", "_args", "cluster", "strategies", "data", "watch", "training"},
     "testbeds": {"errors", "_args", "cluster"},
@@ -320,29 +329,32 @@ def test_the_checks_themselves_see_a_cycle_and_a_long_function():
     assert _code_lines(tree.body[0], source.splitlines()) == 61
 
 
-def test_no_module_path_shim_remains():
-    # No release has been made, so no earlier module path is owed a redirect; the only import
-    # hooks mend TensorFlow and Keras as they are imported (cluster/join.py, training/compat.py).
+def test_one_module_installs_import_hooks_and_no_module_path_shim_remains():
+    # No release has been made, so no earlier module path is owed a redirect. The one import
+    # hook (versions.after_import) mends TensorFlow and Keras as they are imported, for
+    # cluster/join.py and training/compat.py alike: two copies of it had drifted apart.
     hooks = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                   if "sys.meta_path.insert" in p.read_text())
-    assert hooks == ["cluster/join.py", "training/compat.py"], hooks
+                   if re.search(r"meta_path|MetaPathFinder|PathEntryFinder|path_hooks",
+                                p.read_text()))
+    assert hooks == ["versions.py"], hooks
     for init in PACKAGE.rglob("__init__.py"):
         tree = ast.parse(init.read_text())
         assert not any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
                        for node in tree.body), f"{init}: a module-level __getattr__"
 
 
-# --- launch()'s surface, and its defaults written once ------------------------------------------
+# --- launch()'s surface, its engines, and its defaults written once -----------------------------
 
-MAX_LAUNCH_PARAMETERS = 14
-MAX_LAUNCHER_PARAMETERS = 8
-OPTIONS = PACKAGE / "engines" / "options.py"
-OPTION_CLASSES = ("Engine", "Local", "Slurm", "Ray", "Restarts", "Watch")
-# The cluster's shape: local_cluster() and slurm_script() have a shape of their own to default.
-SHAPE = ("target", "workers", "ps", "chief")
-R_LAUNCH_FUNCTIONS = ("launch_cluster", "local_hosts", "slurm", "ray", "restarts", "watching")
-# R's own: launch_cluster() prints the lines itself (Python's echo is always off from R).
-R_OWN = {("launch_cluster", "echo")}
+MAX_LAUNCH_PARAMETERS = 10
+ENGINES = PACKAGE / "engines"
+OPTIONS = ENGINES / "options.py"
+# Each engine is one folder: its option object in engine.py, its launcher beside it.
+ENGINE_FOLDERS = ("local", "slurm", "ray")
+OPTION_FILES = (OPTIONS, *(ENGINES / folder / "engine.py" for folder in ENGINE_FOLDERS))
+OPTION_BASES = {"Options", "Engine"}
+# local_cluster() is the cluster layer's own function of a shape (workers, ps, chief), below
+# the engines: its defaults are its own, and Scaling's are the job's.
+OWN_SHAPE = {"local_cluster"}
 
 
 def _function(path: Path, name: str) -> ast.FunctionDef:
@@ -382,22 +394,39 @@ def _same(a, b) -> bool:
     return (isinstance(a, bool), a) == (isinstance(b, bool), b)
 
 
+def _option_classes():
+    """``(path, class node)`` of every option object: the classes of options.py and of each
+    engine's engine.py that derive from ``Options`` or ``Engine`` (or from one that does)."""
+    found = []
+    for path in OPTION_FILES:
+        bases = set(OPTION_BASES)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and (
+                    node.name in bases or {getattr(b, "id", None) for b in node.bases} & bases):
+                bases.add(node.name)
+                found.append((path, node))
+    return found
+
+
+def _module_of(path: Path) -> str:
+    return _module_name(path)
+
+
 def option_defaults() -> dict:
     """``{name: default}`` of every option field and of launch()'s other parameters."""
     defaults = {}
-    constants = _constants("engines.options")
-    for node in ast.parse(OPTIONS.read_text()).body:
-        if isinstance(node, ast.ClassDef) and node.name in OPTION_CLASSES:
-            for field in node.body:
-                if isinstance(field, ast.AnnAssign) and field.value is not None \
-                        and "ClassVar" not in ast.unparse(field.annotation):
-                    known, value = _literal(field.value, constants)
-                    if known:
-                        defaults[field.target.id] = value
+    for path, node in _option_classes():
+        constants = _constants(_module_of(path))
+        for field in node.body:
+            if isinstance(field, ast.AnnAssign) and field.value is not None \
+                    and "ClassVar" not in ast.unparse(field.annotation):
+                known, value = _literal(field.value, constants)
+                if known:
+                    defaults[field.target.id] = value
     constants = _constants("engines.launch")
-    for name, default in _defaults(_function(PACKAGE / "engines" / "launch.py", "launch")):
+    for name, default in _defaults(_function(ENGINES / "launch.py", "launch")):
         known, value = _literal(default, constants)
-        if known and name not in SHAPE:
+        if known:
             defaults[name] = value
     return defaults
 
@@ -414,6 +443,7 @@ def _defaults(function: ast.FunctionDef) -> list:
 def _retyped(defaults: dict) -> list:
     """Functions and dataclass fields of the backend that default an option's name to the
     option's own default, the option objects and launch() aside."""
+    options = {(path, node.name) for path, node in _option_classes()}
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
@@ -421,12 +451,12 @@ def _retyped(defaults: dict) -> list:
                   for n in c.body}
         for node in ast.walk(tree):
             pairs = []
-            if isinstance(node, ast.FunctionDef) and not (path == PACKAGE / "engines" / "launch.py"
-                                                          and node.name == "launch"):
+            if isinstance(node, ast.FunctionDef) and node.name not in OWN_SHAPE \
+                    and not (path == ENGINES / "launch.py" and node.name == "launch"):
                 pairs = [(x, d, node.name) for x, d in _defaults(node)]
             elif isinstance(node, ast.AnnAssign) and node.value is not None \
                     and isinstance(node.target, ast.Name) and id(node) in owners \
-                    and not (path == OPTIONS and owners[id(node)] in OPTION_CLASSES):
+                    and (path, owners[id(node)]) not in options:
                 pairs = [(node.target.id, node.value, owners[id(node)])]
             for name, default, where in pairs:
                 # A named constant is the one place; a literal is a copy.
@@ -438,11 +468,13 @@ def _retyped(defaults: dict) -> list:
 
 
 def _r_functions() -> dict:
-    """``{name: [(formal, default text or None), ...]}`` of every function in rpkg/R/*.R."""
+    """``{name: ([(formal, default text or None), ...], body)}`` of every function in
+    rpkg/R/*.R; the body without its comment lines."""
     found = {}
     for path in sorted((ROOT / "rpkg" / "R").glob("*.R")):
         text = path.read_text()
-        for match in re.finditer(r"^([A-Za-z_.][\w.]*) <- function\(", text, re.M):
+        starts = list(re.finditer(r"^([A-Za-z_.][\w.]*) <- function\(", text, re.M))
+        for n, match in enumerate(starts):
             depth, i, start = 1, match.end(), match.end()
             while depth:
                 depth += {"(": 1, ")": -1}.get(text[i], 0)
@@ -456,7 +488,10 @@ def _r_functions() -> dict:
                     continue
                 depth += {"(": 1, ")": -1}.get(ch, 0)
                 piece += ch
-            found[match.group(1)] = [f for f in formals if f[0]]
+            end = starts[n + 1].start() if n + 1 < len(starts) else len(text)
+            body = "\n".join(line for line in text[i:end].splitlines()
+                             if not line.lstrip().startswith("#"))
+            found[match.group(1)] = ([f for f in formals if f[0]], body)
     return found
 
 
@@ -474,31 +509,101 @@ def _r_literal(text):
 
 
 def test_launch_takes_the_target_the_shape_and_a_few_option_objects():
-    launch = _function(PACKAGE / "engines" / "launch.py", "launch")
+    launch = _function(ENGINES / "launch.py", "launch")
     a = launch.args
     named = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
     assert len(named) <= MAX_LAUNCH_PARAMETERS, named
-    assert {"engine", "restarts", "watch"} <= set(named)
-    # The one catch-all: the old spellings, kept for one release (engines/deprecated.py).
-    assert a.vararg is None and (a.kwarg is None or a.kwarg.arg == "deprecated_keywords")
+    assert {"scaling", "engine", "restarts", "watch"} <= set(named)
+    assert a.vararg is None and a.kwarg is None
 
 
-def test_each_engine_is_made_from_one_plan():
-    engines = ast.parse((PACKAGE / "engines" / "__init__.py").read_text())
-    table = next(node.value for node in engines.body if isinstance(node, ast.Assign)
-                 and any(getattr(t, "id", None) == "ENGINES" for t in node.targets))
-    wide = []
-    for module, name in ast.literal_eval(table).values():
-        path = PACKAGE / "engines" / (module.replace(".", "/") + ".py")
-        cls = next(node for node in ast.parse(path.read_text()).body
-                   if isinstance(node, ast.ClassDef) and node.name == name)
+def _class(path: Path, name: str) -> ast.ClassDef:
+    return next(node for node in ast.parse(path.read_text()).body
+                if isinstance(node, ast.ClassDef) and node.name == name)
+
+
+def _members(cls: ast.ClassDef) -> set:
+    """The methods and the annotated attributes a class declares."""
+    return {n.name for n in cls.body if isinstance(n, ast.FunctionDef)} | \
+        {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+
+
+def _engine_launchers() -> dict:
+    """``{engine folder: (launcher module path, launcher class node)}``: the class each
+    engine's option object makes in its ``launcher()``."""
+    found = {}
+    for folder in ENGINE_FOLDERS:
+        path = ENGINES / folder / "engine.py"
+        method = next(node for node in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(node, ast.FunctionDef) and node.name == "launcher")
+        made = next(node for node in ast.walk(method) if isinstance(node, ast.ImportFrom))
+        module = ENGINES / folder / f"{made.module}.py"
+        found[folder] = (module, _class(module, made.names[0].name))
+    return found
+
+
+def test_the_launcher_protocol_declares_everything_the_attempt_loop_and_elastic_use():
+    # restarts.py and elastic/ drive every engine through base.py's Launcher and Job alone.
+    launcher = _members(_class(ENGINES / "base.py", "Launcher"))
+    job = _members(_class(ENGINES / "base.py", "Job"))
+    used = {"launcher": set(), "job": set()}
+    for path in [ENGINES / "restarts.py", *sorted((ENGINES / "elastic").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                value = node.value
+                name = value.id if isinstance(value, ast.Name) else getattr(value, "attr", "")
+                if name.lstrip("_") in used:
+                    used[name.lstrip("_")].add(node.attr)
+    assert used["launcher"] >= {"places", "trainers", "probe", "job", "place_word", "plan"}
+    assert not used["launcher"] - launcher, used["launcher"] - launcher
+    assert not used["job"] - job, used["job"] - job
+
+
+def test_each_engine_is_one_folder_whose_launcher_follows_the_protocol_and_copies_nothing():
+    copied = []
+    for folder, (path, cls) in _engine_launchers().items():
+        assert "Launcher" in {getattr(b, "id", None) for b in cls.bases}, (folder, cls.name)
+        assert path.parent == ENGINES / folder
         init = next(node for node in cls.body
                     if isinstance(node, ast.FunctionDef) and node.name == "__init__")
         a = init.args
-        params = [x.arg for x in a.posonlyargs + a.args[1:] + a.kwonlyargs]
-        if len(params) > MAX_LAUNCHER_PARAMETERS or a.vararg or a.kwarg:
-            wide.append(f"{name}({', '.join(params)})")
-    assert not wide, wide
+        assert [x.arg for x in a.args[1:] + a.kwonlyargs] == ["plan", "relay"] \
+            and not a.vararg and not a.kwarg, (cls.name, ast.unparse(a))
+        # No field of the plan copied into the launcher: ``self.timeout = plan.timeout``.
+        for node in ast.walk(init):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id == "plan":
+                    copied.append(f"{cls.name}: {ast.unparse(node)}")
+    assert not copied, copied
+
+
+def test_no_engine_module_checks_the_jobs_shape():
+    # The shape (workers, ps, chief) is checked once, by Scaling; an engine reads it.
+    shape = {"workers", "ps", "chief"}
+    checks = []
+    for folder in (*ENGINE_FOLDERS, "warm"):
+        for path in sorted((ENGINES / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                tests = []
+                if isinstance(node, (ast.If, ast.IfExp, ast.While, ast.Assert)):
+                    tests = [node.test]
+                elif isinstance(node, ast.Call):
+                    tests = [a for a in node.args if isinstance(a, ast.Constant)
+                             and a.value in shape]
+                    if tests:
+                        checks.append(f"{path.relative_to(PACKAGE)}:{node.lineno} "
+                                      f"{ast.unparse(node)}")
+                    continue
+                for test in tests:
+                    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} | \
+                        {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
+                    if names & shape:
+                        checks.append(f"{path.relative_to(PACKAGE)}:{node.lineno} "
+                                      f"{ast.unparse(test)}")
+    assert not checks, checks
 
 
 def test_no_default_of_the_launch_options_is_written_twice_in_python():
@@ -518,29 +623,153 @@ def test_no_default_of_the_launch_options_is_written_twice_in_python():
     assert not twice, twice
 
 
-def test_r_passes_the_launch_options_through_without_retyping_their_defaults():
-    defaults = option_defaults()
-    launch = _function(PACKAGE / "engines" / "launch.py", "launch")
-    parameters = {x.arg for x in launch.args.args + launch.args.kwonlyargs}
-    functions = _r_functions()
-    missing = [name for name in R_LAUNCH_FUNCTIONS if name not in functions]
-    assert not missing, missing
-    given = []
-    for name in R_LAUNCH_FUNCTIONS:
-        for formal, default in functions[name]:
-            if (formal in defaults or formal in parameters) and default not in (None, "NULL") \
-                    and (name, formal) not in R_OWN:
-                given.append(f"{name}({formal} = {default})")
-    assert not given, "R gives these options a default of its own: " + ", ".join(given)
-    retyped = [f"{name}({formal} = {default})" for name, formals in functions.items()
-               for formal, default in formals
-               if formal in defaults and _r_literal(default) is not None
-               and _r_literal(default) == defaults[formal] and (name, formal) not in R_OWN]
-    assert not retyped, "R retypes these defaults of the launch options: " + ", ".join(retyped)
-
-
 def test_the_default_checks_see_a_retyped_default():
     assert _literal(ast.parse("60.0").body[0].value, {}) == (True, 60.0)
     assert _literal(ast.parse("None").body[0].value, {}) == (False, None)
     assert not _same(True, 1) and _same(60, 60.0)
     assert _r_literal("60") == 60.0 and _r_literal("TRUE") is True and _r_literal("NULL") is None
+
+
+# --- R never retypes a default of the backend ----------------------------------------------------
+
+ARTICLE = ROOT / "vignettes" / "articles" / "python-and-r.Rmd"
+# R arguments named otherwise than the Python parameter they give, where R's conventions ask it
+# (each listed in the Python-and-R article): (R function, R argument) -> Python parameter.
+R_NAMES = {
+    # R launches scripts (a Python function cannot cross from R); Python, scripts or functions.
+    ("launch_cluster", "script"): "target",
+    ("slurm_script", "script"): "target",
+    # An R data frame is `data`; Python takes its columns.
+    ("write_dataset_shards", "data"): "columns",
+}
+# R arguments with no Python parameter behind them (R's own), and why: none today.
+R_OWN: dict = {}
+# Python defaults that R's NULL gives as well (R's NULL becomes None, or an empty list).
+EMPTY = (None, (), [], {})
+REQUIRED = inspect.Parameter.empty
+
+
+def _r_exports() -> list:
+    namespace = (ROOT / "rpkg" / "NAMESPACE").read_text()
+    return re.findall(r"^export\(([^)]+)\)$", namespace, re.M)
+
+
+def _backend_calls(name: str, functions: dict, exports: set, seen=None) -> set:
+    """The backend objects (``"launch"``, ``"engines.Local"``) the R function ``name`` reaches
+    through ``backend()$...``, in its body or in the package's own helpers it calls (not in
+    other exported functions, which are checked on their own). The ``r`` module is left out:
+    what exists only for R (R generators served from R's thread) has no Python user to mirror."""
+    seen = set() if seen is None else seen
+    if name in seen or name not in functions:
+        return set()
+    seen.add(name)
+    body = functions[name][1]
+    found = {chain.strip("$").replace("$", ".")
+             for chain in re.findall(r"backend\(\)((?:\$[A-Za-z_]\w*)+)", body)}
+    found = {chain for chain in found if not chain.startswith("r.")}
+    for callee in set(re.findall(r"([A-Za-z_.][\w.]*)\(", body)):
+        if callee in functions and callee not in exports:
+            found |= _backend_calls(callee, functions, exports, seen)
+    return found
+
+
+def _python_parameters(path: str) -> dict | None:
+    """``{parameter: default}`` of the backend callable at ``path`` (``REQUIRED`` where it has
+    none), None for what is not callable; a class's ``**kwargs`` are its bases' parameters
+    (``checkpoints.BackupAndRestore`` passes them to Keras')."""
+    import tfdistributed
+
+    obj = tfdistributed
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+    if not callable(obj):
+        return None
+    found, signatures = {}, [inspect.signature(obj)]
+    if inspect.isclass(obj):
+        signatures += [inspect.signature(base.__init__) for base in obj.__mro__[1:]
+                       if "__init__" in vars(base) and base is not object]
+    for signature in signatures:
+        params = signature.parameters
+        for p in params.values():
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self":
+                found.setdefault(p.name, p.default)
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return found
+
+
+def r_wrappers(functions=None) -> dict:
+    """``{exported R function: (its formals, {Python parameter: default})}`` of every exported
+    R function that wraps the backend."""
+    functions = _r_functions() if functions is None else functions
+    exports = set(_r_exports())
+    wrappers = {}
+    for name in sorted(exports):
+        called = [_python_parameters(path)
+                  for path in sorted(_backend_calls(name, functions, exports))]
+        called = [params for params in called if params is not None]
+        if called:
+            wrappers[name] = (functions[name][0],
+                              {k: v for params in reversed(called) for k, v in params.items()})
+    return wrappers
+
+
+def _r_retypings(wrappers: dict) -> list:
+    """What R types of its own: a default on an argument whose Python default is not the one
+    NULL gives (None, an empty list), or an argument Python does not have under that name."""
+    found = []
+    for name, (formals, params) in wrappers.items():
+        for formal, default in formals:
+            python = R_NAMES.get((name, formal), formal)
+            if formal == "..." or (name, formal) in R_OWN:
+                continue
+            if python not in params:
+                found.append(f"{name}({formal}): the backend has no `{python}`: name it as "
+                             f"Python does (or list it in R_NAMES/R_OWN)")
+            elif default is None:
+                continue
+            elif default == "NULL" and params[python] is not REQUIRED \
+                    and any(_same(params[python], empty) for empty in EMPTY):
+                continue
+            else:
+                python_default = "none" if params[python] is REQUIRED else repr(params[python])
+                found.append(f"{name}({formal} = {default}): Python's default is "
+                             f"{python_default}")
+    return found
+
+
+def test_every_exported_r_function_that_wraps_python_passes_on_only_what_it_is_given():
+    wrappers = r_wrappers()
+    # Every one of them, not the launch functions alone.
+    assert {"launch_cluster", "scaling", "fit_distributed", "evaluate_distributed", "powersgd",
+            "local_cluster", "dataset_from_arrays", "distribute_strategy", "slurm_script",
+            "local_hosts", "restarts", "watching", "backup_and_restore"} <= set(wrappers)
+    assert len(wrappers) >= 40, sorted(wrappers)
+    retyped = _r_retypings(wrappers)
+    assert not retyped, "R types defaults or names of its own: " + "; ".join(retyped)
+
+
+def test_the_r_check_fails_on_a_retyped_default_or_a_renamed_argument():
+    functions = _r_functions()
+    formals, body = functions["powersgd"]
+    retyped = dict(functions, powersgd=([("rank", "4"), *formals[1:]], body))
+    assert _r_retypings(r_wrappers(retyped)) == ["powersgd(rank = 4): Python's default is 4"]
+    formals, body = functions["dataset_from_arrays"]
+    renamed = dict(functions, dataset_from_arrays=(
+        [(("policy" if f == "shard_policy" else f), d) for f, d in formals], body))
+    assert _r_retypings(r_wrappers(renamed)) == [
+        "dataset_from_arrays(policy): the backend has no `policy`: name it as Python does (or "
+        "list it in R_NAMES/R_OWN)"]
+    formals, body = functions["dataset_from_arrays"]
+    defaulted = dict(functions, dataset_from_arrays=(
+        [(f, "32" if f == "batch_size" else d) for f, d in formals], body))
+    assert _r_retypings(r_wrappers(defaulted)) == [
+        "dataset_from_arrays(batch_size = 32): Python's default is none"]
+
+
+def test_each_name_that_differs_between_the_languages_is_in_the_python_and_r_article():
+    article = ARTICLE.read_text()
+    wrappers = r_wrappers()
+    for (name, formal), python in R_NAMES.items():
+        assert name in wrappers and formal in dict(wrappers[name][0]), (name, formal)
+        assert f"`{name}({formal})`" in article and f"({python})`" in article, (name, formal)

@@ -45,7 +45,8 @@ def _busy_port_launch(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        tfd.launch(str(script), cluster={"worker": [f"127.0.0.1:{s.getsockname()[1]}"]}, timeout=10)
+        tfd.launch(str(script),
+                   tfd.Scaling(cluster={"worker": [f"127.0.0.1:{s.getsockname()[1]}"]}), timeout=10)
 
 
 def _fit(**kwargs):
@@ -78,7 +79,8 @@ CASES = [
     ("address without port", lambda t: tfd.cluster_spec(["10.0.0.1"]), ClusterConfigError, '"host:port"'),
     ("ps without worker", lambda t: tfd.cluster_spec([], ps=["h:2"], chief="h:1"), ClusterConfigError, 'add "worker": ["host:port", ...]'),
     ("set_tf_config without a cluster", lambda t: tfd.set_tf_config(), ArgumentTypeError, "local_cluster(2)"),
-    ("non-loopback address in a local cluster", lambda t: tfd.launch("x.py", cluster={"worker": ["10.0.0.1:2222"]}), ClusterConfigError, "127.0.0.1 only"),
+    ("non-loopback address in a local cluster", lambda t: tfd.launch("x.py",
+                                                                     tfd.Scaling(cluster={"worker": ["10.0.0.1:2222"]})), ClusterConfigError, "127.0.0.1 only"),
     ("local cluster with ps and no chief", lambda t: tfd.local_cluster(2, ps=1), ClusterConfigError, "chief=True"),
     # data
     ("too few files for the workers", lambda t: tfd.check_sharding(_one_file_dataset(t), 2, "file"), ShardingError, "Set the shard policy to 'data'"),
@@ -106,7 +108,9 @@ CASES = [
     ("port already in use", _busy_port_launch, LaunchError, "already in use"),
     ("zero workers", lambda t: tfd.launch(str(t), workers=0, timeout=10), ArgumentTypeError, ">= 1"),
     ("negative timeout", lambda t: tfd.launch(str(t), timeout=-1), ArgumentTypeError, "positive number"),
-    ("task not in the cluster", lambda t: tfd.launch(str(t), cluster={"worker": ["127.0.0.1:1"]}, engine=tfd.engines.Local(tasks=[("worker", 3)])), ClusterConfigError, "not in the cluster"),
+    ("task not in the cluster", lambda t: tfd.launch(str(t),
+                                                     tfd.Scaling(cluster={"worker": ["127.0.0.1:1"]}),
+                                                     engine=tfd.engines.Local(tasks=[("worker", 3)])), ClusterConfigError, "not in the cluster"),
 ]
 
 

@@ -61,7 +61,7 @@ def test_tensorflow_called_from_r_as_the_tutorials_call_it():
     # No cluster: what TensorFlow 2.0 gave, and a notice saying so and how to get one.
     assert out["ps_local"] == "CentralStorageStrategy"
     assert "as CentralStorageStrategy, as TensorFlow 2.0 did" in proc.stderr
-    assert 'launch_cluster("train.R", workers = 2, ps = 1, chief = TRUE)' in proc.stderr
+    assert 'launch_cluster("train.R", scaling(workers = 2, ps = 1, chief = TRUE))' in proc.stderr
     # A cluster, in a worker task: our error, not TensorFlow's.
     assert out["ps_worker"][0] == "StrategyError"
     assert "only the chief creates the strategy" in out["ps_worker"][1]

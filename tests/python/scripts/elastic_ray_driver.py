@@ -1,6 +1,6 @@
 """Runs an elastic Ray job on a local Ray cluster of 3 one-CPU nodes (Ray's own
 ray.cluster_utils: a raylet per node on this machine) and prints the result as JSON on its last
-line: launch(workers=3, engine=Ray(), restarts=Restarts(min_workers=2)).
+line: launch(Scaling(workers=3, min_workers=2), engine=Ray()).
 
 usage: elastic_ray_driver.py OUTDIR BACKUP LOSE_AT -- SCRIPT_ARGS...
 Once worker 0 has trained LOSE_AT steps, the last node is removed (its raylet killed: a node
@@ -54,10 +54,10 @@ def on_output(line):
 
 threading.Thread(target=lose_a_node, daemon=True).start()
 try:
-    result = tfd.launch(script, workers=3, engine=tfd.engines.Ray(),
-                        restarts=tfd.Restarts(min_workers=2, join_timeout=15),
-                        timeout=600, on_output=on_output, echo=False,
-                        args=[outdir, "--backup", backup, *rest])
+    result = tfd.launch(script, tfd.Scaling(workers=3, min_workers=2), engine=tfd.engines.Ray(),
+                        restarts=tfd.Restarts(join_timeout=15), timeout=600,
+                        args=[outdir, "--backup", backup, *rest],
+                        watch=tfd.Watch(on_output=on_output, echo=False))
     print(json.dumps({"sizes": result.sizes, "restarts": result.restarts,
                       "history": result.history, "lines": lines[-60:],
                       # the job's own announcements, whole (a traceback may fill the last 60)

@@ -1,5 +1,5 @@
 """Runs an elastic SLURM job from where slurmctld is (the first host of the bed) and prints its
-result as JSON on the last line: launch(workers=3, engine=Slurm(), restarts=Restarts(min_workers=2)).
+result as JSON on the last line: launch(Scaling(workers=3, min_workers=2), engine=Slurm()).
 
 usage: elastic_slurm_driver.py OUTDIR BACKUP LOSE_AT LINK_UP_FLAG -- SCRIPT_ARGS...
 The job's worker 2 takes its node's link down at step LOSE_AT (elastic_job.py); once the job
@@ -30,10 +30,10 @@ def on_output(line):
         open(flag, "w").close()
 
 
-result = tfd.launch(script, workers=3, engine=tfd.engines.Slurm(),
-                    restarts=tfd.Restarts(min_workers=2, join_timeout=20), timeout=600,
-                    on_output=on_output, echo=False,
-                    args=[outdir, "--backup", backup, "--lose-at", lose_at, *rest])
+result = tfd.launch(script, tfd.Scaling(workers=3, min_workers=2), engine=tfd.engines.Slurm(),
+                    restarts=tfd.Restarts(join_timeout=20), timeout=600,
+                    args=[outdir, "--backup", backup, "--lose-at", lose_at, *rest],
+                    watch=tfd.Watch(on_output=on_output, echo=False))
 print(json.dumps({"sizes": result.sizes, "restarts": result.restarts,
                   "history": result.history, "lines": lines[-60:],
                   # the job's own announcements, whole: a worker's traceback may fill the last 60

@@ -141,8 +141,8 @@ def test_launched_tasks_get_the_pooling_allocator_unless_env_says_otherwise(tmp_
     script.write_text("import os\n" + inspect.getsource(_pooled) + textwrap.dedent("""
         print("pooled" if _pooled() else "default", os.environ["TF_CPU_ALLOCATOR_USE_BFC"])
     """))
-    result = tfd.launch(str(script), workers=1, timeout=120, echo=False)
+    result = tfd.launch(str(script), workers=1, timeout=120, watch=tfd.Watch(echo=False))
     assert result.tasks[0].output[-1] == "pooled true"
-    result = tfd.launch(_allocator_in_task, workers=1, timeout=120, echo=False,
-                        env={"TF_CPU_ALLOCATOR_USE_BFC": "false"})
+    result = tfd.launch(_allocator_in_task, workers=1, timeout=120,
+                        env={"TF_CPU_ALLOCATOR_USE_BFC": "false"}, watch=tfd.Watch(echo=False))
     assert result.values == [("false", False)]

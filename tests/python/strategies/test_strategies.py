@@ -124,7 +124,7 @@ def test_tpu_without_tpu():
 
 def test_parameter_server_without_cluster(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    with pytest.raises(StrategyError, match="launch\\(.*ps=1") as info:
+    with pytest.raises(StrategyError, match="launch\\(.*Scaling\\(workers=2, ps=1") as info:
         tfd.make_strategy("parameter_server")
     assert re.search(r"launch_cluster\(.*ps = 1", r_message(info.value))
 

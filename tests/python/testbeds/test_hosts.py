@@ -177,9 +177,10 @@ def test_two_workers_at_their_host_addresses_train_identically(bed, tmp_path):
 
     cluster = bed.cluster(2)
     assert cluster == {"worker": ["10.77.0.2:2222", "10.77.0.3:2222"]}
-    result = tfd.launch(SCRIPT, cluster=cluster,
+    result = tfd.launch(SCRIPT, tfd.Scaling(cluster=cluster),
                         engine=tfd.engines.Local(hosts=bed.launch_hosts()), timeout=TIMEOUT,
-                        args=[str(tmp_path), "--epochs", "2", "--examples", "640"], echo=False)
+                        args=[str(tmp_path), "--epochs", "2", "--examples", "640"],
+                        watch=tfd.Watch(echo=False))
     assert [t.returncode for t in result.tasks] == [0, 0]
     outputs = read_outputs(tmp_path)
     for report in outputs.values():
@@ -197,10 +198,11 @@ def test_two_hosts_with_powersgd_gradients_train_identically(bed, tmp_path):
     # warm-up: both workers end with the same weights, bit for bit, and the model learns.
     import numpy as np
 
-    result = tfd.launch(SCRIPT, cluster=bed.cluster(2),
+    result = tfd.launch(SCRIPT, tfd.Scaling(cluster=bed.cluster(2)),
                         engine=tfd.engines.Local(hosts=bed.launch_hosts()), timeout=TIMEOUT,
                         args=[str(tmp_path), "--epochs", "2", "--examples", "640",
-                              "--compression", "powersgd", "--powersgd", "2,3"], echo=False)
+                              "--compression", "powersgd", "--powersgd", "2,3"],
+                        watch=tfd.Watch(echo=False))
     assert [t.returncode for t in result.tasks] == [0, 0]
     outputs = read_outputs(tmp_path)
     for report in outputs.values():
@@ -223,11 +225,10 @@ def test_four_hosts_with_fp16_gradients_train_identically_and_as_32_bits(tmp_pat
 
     four = build_bed(4, "1gbit")
     try:
-        result = tfd.launch(SCRIPT, cluster=four.cluster(4),
-                            engine=tfd.engines.Local(hosts=four.launch_hosts()),
-                            timeout=TIMEOUT, echo=False,
+        result = tfd.launch(SCRIPT, tfd.Scaling(cluster=four.cluster(4)),
+                            engine=tfd.engines.Local(hosts=four.launch_hosts()), timeout=TIMEOUT,
                             args=[str(tmp_path), "--epochs", "2", "--examples", "1345",
-                                  "--compression", "fp16"])
+                                  "--compression", "fp16"], watch=tfd.Watch(echo=False))
     finally:
         four.down()
     assert [t.returncode for t in result.tasks] == [0, 0, 0, 0]
@@ -281,8 +282,8 @@ def test_a_task_at_an_address_its_host_lacks_fails_fast_with_the_fix(bed):
     cluster = {"worker": ["10.77.0.9:2222", f"{h1.address}:2222"]}
     with pytest.raises(tfd.LaunchError) as info:
         hosts = {"10.77.0.9": h0.prefix, h1.address: h1.prefix}
-        tfd.launch(SCRIPT, cluster=cluster, engine=tfd.engines.Local(hosts=hosts),
-                   args=["/nonexistent"], timeout=TIMEOUT, echo=False)
+        tfd.launch(SCRIPT, tfd.Scaling(cluster=cluster), engine=tfd.engines.Local(hosts=hosts),
+                   args=["/nonexistent"], timeout=TIMEOUT, watch=tfd.Watch(echo=False))
     message = str(info.value)
     assert "Task worker 0 exited" in message and "ClusterConfigError" in message
     assert ('"10.77.0.9:2222" is this task\'s own address (worker 0), but 10.77.0.9 is not an '
@@ -293,12 +294,12 @@ def test_a_task_at_an_address_its_host_lacks_fails_fast_with_the_fix(bed):
 def test_launch_runs_only_on_the_hosts_it_is_given(bed):
     cluster = bed.cluster(2)
     with pytest.raises(tfd.ClusterConfigError, match='"10.77.0.3:2222" is not a loopback address'):
-        tfd.launch(SCRIPT, cluster=cluster,
+        tfd.launch(SCRIPT, tfd.Scaling(cluster=cluster),
                    engine=tfd.engines.Local(hosts={"10.77.0.2": bed.hosts[0].prefix}))
     with pytest.raises(tfd.ArgumentTypeError, match="pass the `cluster`"):
         tfd.launch(SCRIPT, engine=tfd.engines.Local(hosts=bed.launch_hosts()))
     with pytest.raises(tfd.ArgumentTypeError, match="command prefix"):
-        tfd.launch(SCRIPT, cluster=cluster,
+        tfd.launch(SCRIPT, tfd.Scaling(cluster=cluster),
                    engine=tfd.engines.Local(hosts={"10.77.0.2": "ip netns exec x"}))
 
 
@@ -314,25 +315,30 @@ R_LAUNCH = """
 library(tfdistributed)
 hosts <- list("10.77.0.2" = strsplit(Sys.getenv("H0"), " ")[[1]],
               "10.77.0.3" = strsplit(Sys.getenv("H1"), " ")[[1]])
-job <- launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE,
-                      engine = local_hosts(hosts = hosts),
-                      cluster = tf_cluster(workers = c("10.77.0.2:2222", "10.77.0.3:2222")))
+job <- launch_cluster(Sys.getenv("TASK"),
+                      scaling(cluster = tf_cluster(workers = c("10.77.0.2:2222",
+                                                              "10.77.0.3:2222"))),
+                      timeout = 180, watch = watching(echo = FALSE),
+                      engine = local_hosts(hosts = hosts))
 cat(unlist(job$output), sep = "\\n")
 cat("\\nreturncodes", job$tasks$returncode, "\\n")
 names(hosts)[1] <- "10.77.0.9"
-tryCatch(launch_cluster(Sys.getenv("TASK"), timeout = 180, echo = FALSE,
-                        engine = local_hosts(hosts = hosts),
-                        cluster = tf_cluster(workers = c("10.77.0.9:2222", "10.77.0.3:2222"))),
+tryCatch(launch_cluster(Sys.getenv("TASK"),
+                        scaling(cluster = tf_cluster(workers = c("10.77.0.9:2222",
+                                                                "10.77.0.3:2222"))),
+                        timeout = 180, watch = watching(echo = FALSE),
+                        engine = local_hosts(hosts = hosts)),
          tfdistributed_error = function(e) cat("R error:", gsub("\\n", " ", conditionMessage(e)), "\\n"))
-tryCatch(launch_cluster(Sys.getenv("TASK"), engine = local_hosts(hosts = list("10.77.0.2")),
-                        cluster = tf_cluster(workers = "10.77.0.2:2222")),
+tryCatch(launch_cluster(Sys.getenv("TASK"),
+                        scaling(cluster = tf_cluster(workers = "10.77.0.2:2222")),
+                        engine = local_hosts(hosts = list("10.77.0.2"))),
          tfdistributed_error = function(e) cat("R error:", gsub("\\n", " ", conditionMessage(e)), "\\n"))
 """
 
 
 def test_launch_cluster_from_r_runs_tasks_on_the_hosts_it_is_given(bed, tmp_path):
-    # launch_cluster(cluster = tf_cluster(...), engine = local_hosts(hosts = list(address =
-    # prefix))): each R task runs
+    # launch_cluster(scaling(cluster = tf_cluster(...)), engine = local_hosts(hosts =
+    # list(address = prefix))): each R task runs
     # in its host's namespace at that host's address; a task at an address no host has is an R
     # error naming it, and a hosts list without commands says what it must hold.
     from enginesupport import r_env

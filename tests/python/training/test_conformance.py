@@ -75,13 +75,13 @@ def _exact(strategy, feature) -> bool:
 def _cluster_cells(root) -> dict:
     # The three multi-worker columns in one job: one cluster start-up for the three.
     job = tfd.launch(conformance.run_multi_worker_cells, workers=2, args=(str(root / "mwms"),),
-                     timeout=2400, echo=False)
+                     timeout=2400, watch=tfd.Watch(echo=False))
     results = {}
     for column, compression in (("multi_worker_mirrored", "none"), (COMPRESSED, "fp16"),
                                 (LOW_RANK, "powersgd")):
         results.update(zip((column, f"{column}:worker 1"), (v[compression] for v in job.values)))
-    job = tfd.launch(conformance.run_cells, workers=1, ps=1, chief=True,
-                     args=("auto", str(root / "ps")), timeout=900, echo=False)
+    job = tfd.launch(conformance.run_cells, tfd.Scaling(workers=1, ps=1, chief=True),
+                     args=("auto", str(root / "ps")), timeout=900, watch=tfd.Watch(echo=False))
     results["parameter_server"] = job.values[0]
     return results
 

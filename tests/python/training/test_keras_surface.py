@@ -1,10 +1,10 @@
-"""Users' own Keras programs under strategies: the repairs are in place from `import
-tfdistributed`, each repair is needed (the defect shows without it), the official multi-worker
-tutorial runs unchanged, and launched jobs print readable lines.
+"""Users' own Keras programs under strategies: each repair is needed (the defect shows without
+it), the official multi-worker tutorial runs unchanged, and launched jobs print readable lines.
+(That the repairs are in place from `import tfdistributed`, whichever of it and Keras came
+first, is tests/python/package/test_import_hook.py's.)
 
 A fresh process costs a TensorFlow start-up, so what can run in this one does; the others
-cannot share one, and each says why: an import order is a process's own, a repair is switched
-off from the start of a process (TFDISTRIBUTED_DISABLE_COMPAT is read as Keras is repaired),
+cannot share one, and each says why: a repair is switched off from the start of a process (TFDISTRIBUTED_DISABLE_COMPAT is read as Keras is repaired),
 and a user's multi-worker program builds its strategy once per process."""
 
 from __future__ import annotations
@@ -27,26 +27,6 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUTORIAL = os.path.join(HERE, "scripts", "keras_mwms_tutorial.py")
 R_TUTORIAL = os.path.join(HERE, "scripts", "keras_mwms_tutorial.R")
 ROOT = os.path.dirname(os.path.dirname(HERE))
-
-
-@pytest.mark.parametrize("order", ["import tfdistributed; import keras",
-                                   "import keras; import tfdistributed",
-                                   "import tfdistributed; import tensorflow as tf; tf.keras.Model"])
-def test_repairs_are_installed_by_the_import_in_either_order(order):
-    # A fresh interpreter each: the order of the first imports is what is tested.
-    code = f"{order}\nimport json\nfrom tfdistributed.training import compat\nprint(json.dumps(compat.status()))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    status = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(status) == set(compat.REPAIRS)
-    assert all(s == {"defect_present": True, "applied": True} for s in status.values()), status
-
-
-def test_import_alone_does_not_import_tensorflow():
-    code = "import sys, tfdistributed; print('tensorflow' in sys.modules, 'keras' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.stdout.split() == ["False", "False"], proc.stderr[-2000:]
 
 
 def _without_repairs():
@@ -74,8 +54,8 @@ def test_each_single_process_repair_is_needed():
     # Its own process: these repairs off from its start, and only these (the uneven batches'
     # test switches another one off).
     disabled = "central_storage_updates,central_storage_metric_assign,clip_after_all_reduce"
-    job = tfd.launch(_without_repairs, workers=1, timeout=300, echo=False,
-                     env={"TFDISTRIBUTED_DISABLE_COMPAT": disabled})
+    job = tfd.launch(_without_repairs, workers=1, timeout=300,
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": disabled}, watch=tfd.Watch(echo=False))
     out = job.values[0]
     assert out["css_random"]["status"] == "error"
     assert "must specify an aggregation method" in out["css_random"]["message"]
@@ -101,8 +81,9 @@ def _plain_fit_under_ps():
 @pytest.mark.cluster
 def test_plain_model_fit_under_parameter_server_needs_the_routing():
     # Its own job: a parameter-server cluster, with the routing off from the start.
-    job = tfd.launch(_plain_fit_under_ps, workers=1, ps=1, chief=True, timeout=300, echo=False,
-                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "strategy_aware_fit"})
+    job = tfd.launch(_plain_fit_under_ps, tfd.Scaling(workers=1, ps=1, chief=True), timeout=300,
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "strategy_aware_fit"},
+                     watch=tfd.Watch(echo=False))
     cell = job.values[0]
     assert cell["status"] == "error" and "create_per_worker_dataset" in cell["message"], cell
 
@@ -110,7 +91,8 @@ def test_plain_model_fit_under_parameter_server_needs_the_routing():
 @pytest.mark.cluster
 def test_official_multi_worker_tutorial_runs_unchanged(tmp_path):
     # Its own job: the user's program, unchanged, builds its strategy (one per process).
-    result = tfd.launch(TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False)
+    result = tfd.launch(TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300,
+                        watch=tfd.Watch(echo=False))
     assert [t.returncode for t in result.tasks] == [0, 0]
     with np.load(tmp_path / "worker-0.npz") as a, np.load(tmp_path / "worker-1.npz") as b:
         assert len(a.files) == len(b.files) == 6
@@ -137,8 +119,9 @@ def test_official_multi_worker_tutorial_runs_unchanged(tmp_path):
 def test_r_script_with_its_own_strategy_and_model_fit(tmp_path):
     """From R: raw tf$distribute$MultiWorkerMirroredStrategy() and Keras' own model$fit()."""
     # Its own job: Rscript workers, each building its strategy (one per process).
-    result = tfd.launch(R_TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300, echo=False,
-                        env={"R_LIBS": os.path.join(ROOT, ".rlib"), "RETICULATE_PYTHON": sys.executable})
+    result = tfd.launch(R_TUTORIAL, workers=2, args=[str(tmp_path)], timeout=300,
+                        env={"R_LIBS": os.path.join(ROOT, ".rlib"), "RETICULATE_PYTHON": sys.executable},
+                        watch=tfd.Watch(echo=False))
     assert [t.returncode for t in result.tasks] == [0, 0]
     reports = [json.loads((tmp_path / f"worker-{i}.json").read_text()) for i in (0, 1)]
     assert reports[0] == reports[1] and len(reports[0]["weights"]) == 4
@@ -161,7 +144,7 @@ def test_a_failed_task_names_its_error_even_after_a_long_dump(tmp_path):
         sys.exit(3)
     """))
     with pytest.raises(tfd.LaunchError) as info:
-        tfd.launch(str(script), workers=1, timeout=60, echo=False)
+        tfd.launch(str(script), workers=1, timeout=60, watch=tfd.Watch(echo=False))
     message = str(info.value)
     assert "Its error: ValueError: the real cause" in message
     assert max(len(line) for line in message.splitlines()) < 500

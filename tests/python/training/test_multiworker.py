@@ -31,8 +31,8 @@ VARIANT_MARK = "mwms_digits variant"  # the script's lines around each variant's
 
 
 def run_job(outdir, *args, env=None, workers=2, timeout=TIMEOUT):
-    return tfd.launch(SCRIPT, workers=workers, args=[str(outdir), *args], timeout=timeout,
-                      env=env, echo=False)
+    return tfd.launch(SCRIPT, workers=workers, args=[str(outdir), *args], timeout=timeout, env=env,
+                      watch=tfd.Watch(echo=False))
 
 
 def read_outputs(outdir):
@@ -508,7 +508,8 @@ def test_keras_own_fit_shuffles_arrays_in_one_order_on_every_worker():
     "epoch" trained ~a quarter of the examples twice and ~a quarter never (seen: 67, 122, 67 of
     256 trained 0, 1, 2 times). Now every example once; workers seeded alike keep Keras' own
     order; workers seeded apart are told so; tfd.fit already shared its order."""
-    job = tfd.launch(_times_each_example_trained, workers=2, timeout=TIMEOUT, echo=False)
+    job = tfd.launch(_times_each_example_trained, workers=2, timeout=TIMEOUT,
+                     watch=tfd.Watch(echo=False))
     for out in job.values:
         for case in ("unseeded", "seeded", "tfd_unseeded"):
             assert out[case] == [0, 256], (case, out[case])

@@ -49,9 +49,9 @@ def clusters(tmp_path_factory):
     coordinator of a chief + worker + ps job."""
     root = tmp_path_factory.mktemp("clusters")
     job = tfd.launch(placement.run_launched, workers=2, args=(str(root / "mwms"),), timeout=600,
-                     echo=False)
-    ps = tfd.launch(placement.run_launched, workers=1, ps=1, chief=True,
-                    args=(str(root / "ps"),), timeout=600, echo=False)
+                     watch=tfd.Watch(echo=False))
+    ps = tfd.launch(placement.run_launched, tfd.Scaling(workers=1, ps=1, chief=True),
+                    args=(str(root / "ps"),), timeout=600, watch=tfd.Watch(echo=False))
     return {"multi_worker_mirrored": job.values[0], "worker 1": job.values[1],
             "parameter_server": next(v for v in ps.values if v)}  # servers return nothing
 
@@ -198,7 +198,8 @@ def test_placement_section_of_the_conformance_table_is_current(in_process, clust
 def test_each_placement_repair_is_needed_under_mirrored(switched_off, fails):
     # Its own process: a repair is switched off from the start of one.
     job = tfd.launch(placement.run_without_repairs, workers=1, args=(list(fails),), timeout=300,
-                     echo=False, env={"TFDISTRIBUTED_DISABLE_COMPAT": switched_off})
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": switched_off},
+                     watch=tfd.Watch(echo=False))
     for name, says in fails.items():
         assert says in job.values[0][name].get("message", ""), (name, job.values[0][name])
 
@@ -209,7 +210,8 @@ def test_compile_outside_the_scope_reports_each_workers_own_loss_without_its_rep
     # strategy: each worker reports the loss of its own half of the batch, silently.
     job = tfd.launch(placement.run_launched, workers=2,
                      args=(str(tmp_path), ("all_inside", "compile_outside")), timeout=600,
-                     echo=False, env={"TFDISTRIBUTED_DISABLE_COMPAT": "compile_under_model_strategy"})
+                     env={"TFDISTRIBUTED_DISABLE_COMPAT": "compile_under_model_strategy"},
+                     watch=tfd.Watch(echo=False))
     inside = job.values[0]["all_inside"]
     for worker, results in enumerate(job.values):
         outside = results["compile_outside"]

@@ -29,8 +29,9 @@ EPOCHS = 12
 
 
 def _run_chief(outdir, mode, *args, **launch_kwargs):
-    tfd.launch(SCRIPT, workers=2, ps=launch_kwargs.pop("ps", 1), chief=True,
-               args=[outdir, mode, *args], timeout=TIMEOUT, env=ENV, echo=False, **launch_kwargs)
+    tfd.launch(SCRIPT, tfd.Scaling(workers=2, ps=launch_kwargs.pop("ps", 1), chief=True),
+               args=[outdir, mode, *args], timeout=TIMEOUT, env=ENV, watch=tfd.Watch(echo=False),
+               **launch_kwargs)
     with open(os.path.join(outdir, "result.json")) as f:
         return json.load(f)
 
@@ -80,8 +81,8 @@ def worker_killed(tmp_path_factory):
     until it is dead before scheduling that epoch's steps: launch() must let the job go on, and
     the coordinator must run the steps it could not give the lost worker on the other one."""
     outdir = str(tmp_path_factory.mktemp("ps-kill"))
-    launched = tfd.launch(SCRIPT, workers=2, ps=1, chief=True, args=[outdir, "kill"],
-                          timeout=TIMEOUT, env=ENV, echo=False)
+    launched = tfd.launch(SCRIPT, tfd.Scaling(workers=2, ps=1, chief=True), args=[outdir, "kill"],
+                          timeout=TIMEOUT, env=ENV, watch=tfd.Watch(echo=False))
     with open(os.path.join(outdir, "result.json")) as f:
         result = json.load(f)
     assert launched.task("chief").returncode == 0

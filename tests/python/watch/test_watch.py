@@ -150,9 +150,9 @@ def run(tmp_path, *args, **kwargs):
     outdir.mkdir()
     lines = []
     options = dict(dict(timeout=300, watch=tfd.Watch(stall_warning=20)), **kwargs)
+    options["watch"] = options["watch"].replace(echo=False, on_output=lines.append)
     try:
-        outcome = tfd.launch(SCRIPT, workers=2, args=[str(outdir), *args], echo=False,
-                             on_output=lines.append, **options)
+        outcome = tfd.launch(SCRIPT, workers=2, args=[str(outdir), *args], **options)
     except tfd.LaunchError as error:
         outcome = error
     own = {}

@@ -1,5 +1,5 @@
-"""Elastic jobs: hosts that come and go (``launch(..., workers=MAX,
-restarts=Restarts(min_workers=MIN))``).
+"""Elastic jobs: hosts that come and go (``launch(..., Scaling(workers=MAX,
+min_workers=MIN))``).
 
 TensorFlow's ``MultiWorkerMirroredStrategy`` has a fixed membership: a new size is a new job,
 new processes with a new TF_CONFIG, resumed from a backup (``fit(backup_dir=...)``). This
@@ -22,8 +22,10 @@ module              what it holds
                     preemption notice); every change announced and recorded
 ==================  ============================================================================
 
-An engine takes part by offering ``places()``, ``probe(places, active)``, ``trainers(places)``
-and ``job(attempt, deadline, places)``, and its jobs ``preempt()``; the attempt loop
+An engine takes part through the protocol every launcher follows
+(:class:`~tfdistributed.engines.base.Launcher`): ``places()``, ``probe(places, active)``,
+``trainers(places)``, ``place_word`` and ``job(attempt, deadline, places)``, and its jobs'
+``preempt()``; the attempt loop
 (:mod:`tfdistributed.engines.restarts`) asks :class:`~.policy.Elastic` before each restart.
 Restarts caused by a membership change do not spend ``max_restarts``: each shrink removes a
 place that does not answer, and a grow waits for the backup to advance since the last change,

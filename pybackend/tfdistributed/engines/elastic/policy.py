@@ -34,7 +34,8 @@ class Elastic:
     """The membership policy of one ``launch()`` (see the module docstring).
 
     Args:
-        launcher: the engine (``places()``, ``probe()``, ``trainers()``).
+        launcher: the engine (:class:`~tfdistributed.engines.base.Launcher`: ``places()``,
+            ``probe()``, ``trainers()``, ``place_word``).
         min_workers: the fewest training tasks the job goes on with; None: all of them.
         grace: seconds a place may take to answer before it counts as lost (the join
             timeout: how long a task of the next attempt would wait for it).
@@ -43,7 +44,7 @@ class Elastic:
 
     def __init__(self, launcher, min_workers, grace: float, relay):
         self.launcher, self.relay, self.grace = launcher, relay, grace
-        self.word = getattr(launcher, "place_word", "host")  # what a place is: host, node
+        self.word = launcher.place_word  # what a place is: host, node
         self.elastic = min_workers is not None
         self.members = Membership(launcher.places(), launcher.trainers, 0)
         self.members.min_workers = (self.members.max_workers if min_workers is None
@@ -236,8 +237,8 @@ class Elastic:
         if left >= self.members.min_workers and left > 0:
             return
         need = (f"min_workers={self.members.min_workers}" if self.elastic else
-                f"all {self.members.max_workers} workers (no min_workers: pass "
-                f"restarts=Restarts(min_workers=) to go on without lost {self.word}s)")
+                f"all {self.members.max_workers} workers (no min_workers: give the job's "
+                f"scaling a min_workers to go on without lost {self.word}s)")
         raise HostLostError(
             f"{self._places(silent)} is gone{' ' + when if when else ''}: "
             f"{self._reasons(silent)}; it did not answer within {self.grace:g} s (the join "

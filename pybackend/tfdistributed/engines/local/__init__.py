@@ -14,10 +14,14 @@ With ``ps > 0`` (parameter-server training), ``worker`` and ``ps`` tasks run
 ``chief`` (the coordinator); the job is done when the chief exits, and the servers are then
 stopped.
 
-How it is built: :class:`~.supervisor.LocalLauncher` (the engine, made from the checked plan) makes
+How it is built: :class:`~.engine.Local` (the option object) makes
+:class:`~.supervisor.LocalLauncher` (the engine's launcher, made from the checked plan), which makes
 one :class:`~.supervisor.LocalJob` per attempt, following :mod:`tfdistributed.engines.base`'s
-protocol, in two modules:
+protocol, in three modules:
 
+- ``engine`` (:class:`~.engine.Local`): what ``engine=tfd.engines.Local()`` is given, checked,
+  and what it refuses of a job's shape (``hosts`` without a ``cluster``, ``min_workers`` for
+  tasks that cannot be lost);
 - ``plan`` (:func:`~.plan.plan_launch`): the cluster (a :class:`~tfdistributed.cluster.Cluster`,
   validated once), its ports checked, and each task's argv, environment and TF_CONFIG built
   once, as a :class:`~.plan.TaskPlan`;
@@ -27,7 +31,8 @@ protocol, in two modules:
   tasks never joined the cluster.
 """
 
+from .engine import Local
 from .plan import LaunchPlan, TaskPlan, plan_launch
 from .supervisor import LocalJob, LocalLauncher
 
-__all__ = ["LaunchPlan", "LocalJob", "LocalLauncher", "TaskPlan", "plan_launch"]
+__all__ = ["LaunchPlan", "Local", "LocalJob", "LocalLauncher", "TaskPlan", "plan_launch"]

@@ -18,7 +18,7 @@ import portpicker
 from ...strategies.runtime import prefer_pooled_cpu_allocator
 from ...cluster.local import Cluster
 from ...cluster.spec import parse_address
-from ...errors import ClusterConfigError, HostLostError, LaunchError
+from ...errors import ClusterConfigError, LaunchError
 from ..base import target_argv
 from ..gpus import VISIBLE_ENV, local_shares, trains, visible_gpus
 
@@ -121,26 +121,23 @@ def host_of(address: str) -> str:
     return parse_address(address)[0]
 
 
+def hosts_of(cluster: Cluster | None, hosts) -> list:
+    """The hosts of ``hosts`` that the tasks of ``cluster`` run on, chief and worker 0's first:
+    the places of an elastic local job (none for a cluster on this machine alone, or none
+    given: it cannot be lost without the launcher)."""
+    if not hosts or cluster is None:
+        return []
+    found = [host_of(cluster.address(r, i)) for r, i in cluster.tasks()]
+    return [h for n, h in enumerate(found) if h in hosts and h not in found[:n]]
+
+
 def on_hosts(cluster: Cluster, hosts) -> Cluster:
     """``cluster`` without its tasks off ``hosts``, each role's tasks numbered again from 0 in
-    their order (an elastic job on fewer hosts).
-
-    Raises:
-        HostLostError: a parameter-server job lost its chief's or a ps task's host: the
-            coordinator and the variables cannot move.
-    """
+    their order (an elastic job on fewer hosts: a multi-worker job, ``Scaling`` refusing
+    ``min_workers`` with ps tasks, whose chief and variables could not move)."""
     hosts = set(hosts)
     jobs = {role: [a for a in cluster.as_dict()[role] if host_of(a) in hosts]
             for role, _ in cluster.jobs}
-    if cluster.parameter_server:
-        gone = [f"{role} {i} ({a})" for role in ("chief", "ps")
-                for i, a in enumerate(cluster.as_dict().get(role, [])) if host_of(a) not in hosts]
-        if gone:
-            raise HostLostError(
-                f"The host of {', '.join(gone)} is gone: a parameter-server job cannot go on "
-                f"without its chief (the coordinator) or a ps task (it holds variables), only "
-                f"without workers. Bring the host back and launch again; the chief resumes from "
-                f"its backup.", [])
     return Cluster.of({role: addresses for role, addresses in jobs.items() if addresses})
 
 

@@ -20,15 +20,15 @@ import threading
 import time
 
 
-from ..._args import as_int
 from ...cluster.local import checked_local, local_cluster
 from ...cluster.spec import parse_address
-from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
-from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, dying_with_this_process
+from ...errors import LaunchError, LaunchTimeoutError
+from ..base import (ATTEMPT_ENV, Deadline, LaunchResult, Launcher, TaskResult,
+                    dying_with_this_process)
 from ..output import Relay, error_summary, how_it_ended
 from ..elastic.probes import probe_hosts
 from ..warm import start_task, warm_start_wanted
-from .plan import LaunchPlan, TaskPlan, host_of, on_hosts, plan_launch
+from .plan import LaunchPlan, TaskPlan, host_of, hosts_of, on_hosts, plan_launch
 from ..restarts import failure_of
 from ..attribution import End, exit_time, first_cause, kind_of_end
 from ...watch.channel import PREEMPTED_EXIT_CODE
@@ -337,75 +337,50 @@ def _timeout_message(plan: LaunchPlan, timeout: float, listening: set, running: 
     return msg + f" Still running at the timeout: {', '.join(running) or 'none'}."
 
 
-class LocalLauncher:
+class LocalLauncher(Launcher):
     """The local engine (a :class:`~tfdistributed.engines.base.Launcher`), made from a
     :class:`~tfdistributed.engines.options.JobPlan` whose engine is a
-    :class:`~tfdistributed.engines.options.Local`, and the job's watch; each attempt planned
-    afresh (new ports unless the plan has a ``cluster``) as a :class:`LocalJob`.
+    :class:`~tfdistributed.engines.local.engine.Local`, and the job's relay; each attempt
+    planned afresh (new ports unless the shape has a ``cluster``) as a :class:`LocalJob`.
     """
 
-    def __init__(self, plan, watch=None):
+    def __init__(self, plan, relay: Relay):
         import psutil  # noqa: F401  (fail here, not half-way through a teardown)
 
-        local = plan.engine
-        self.timeout = plan.timeout
-        self.warm_start = warm_start_wanted(local.warm_start)
-        if plan.cluster is None and local.hosts is not None:
-            raise ArgumentTypeError("`hosts` names where the tasks of an explicit `cluster` run: "
-                                    "pass the `cluster` whose addresses are on those hosts too.")
-        self.counts = None
-        if plan.cluster is None:
-            self.counts = (as_int(plan.workers, "workers", minimum=1),
-                           as_int(plan.ps, "ps", minimum=0), bool(plan.chief))
-        self.max_restarts = plan.restarts.max_restarts
-        self.relay = Relay(echo=plan.echo, on_output=plan.on_output,
-                           show_all=plan.watch.show_all, watch=watch)
-        self.target, self.grace = plan.target, plan.restarts.grace
-        self.hosts = local.hosts or {}
-        # An explicit cluster is validated once, here; restarts reuse its addresses.
-        self.cluster = None if plan.cluster is None else checked_local(plan.cluster, self.hosts)
-        self.options = dict(tasks=local.tasks, env=plan.task_env(), args=plan.args,
-                            python=local.python, rscript=local.rscript, cwd=plan.cwd,
-                            prepare_task=local.prepare_task, hosts=self.hosts,
-                            gpus_per_task=local.gpus_per_task)
-        self.min_workers = plan.restarts.min_workers
-        self.grace_for_places = plan.restarts.lost_after
-        if self.min_workers is not None and not self.places():
-            raise ArgumentTypeError(
-                "`min_workers` lets a job go on without hosts that are gone; a local job runs on "
-                "this machine only, which cannot be lost without the launcher. Give the job "
-                "hosts of its own (cluster= and engine=Local(hosts=)), or run it on SLURM or Ray "
-                "(engine=Slurm() / Ray()).",
-                hints={"r": "E.g. engine = local_hosts(hosts = ...) with cluster =, or "
-                            "engine = slurm()."})
+        self.plan, self.relay = plan, relay
+        self.warm_start = warm_start_wanted(plan.engine.warm_start)
+        # An explicit cluster is checked once, here (its addresses on this machine or the
+        # engine's hosts); restarts reuse its addresses.
+        self.cluster = (None if plan.scaling.cluster is None
+                        else checked_local(plan.scaling.cluster, self.hosts))
 
-    def __enter__(self) -> "LocalLauncher":
-        return self
-
-    def __exit__(self, kind, error, tb) -> bool:
-        return False
+    @property
+    def hosts(self) -> dict:
+        return self.plan.engine.hosts or {}
 
     def job(self, attempt: int, deadline: Deadline, places=None) -> LocalJob:
         """Attempt ``attempt`` planned: the cluster (new free ports unless one was given; only
         its tasks on ``places``, the hosts an elastic job runs on now), each task's argv,
         environment (with its attempt) and TF_CONFIG."""
-        cluster = self.cluster or checked_local(local_cluster(*self.counts))
-        tasks = self.options["tasks"]
+        plan, local, scaling = self.plan, self.plan.engine, self.plan.scaling
+        cluster = self.cluster or checked_local(local_cluster(scaling.workers, scaling.ps,
+                                                              scaling.chief))
+        tasks = local.tasks
         if places is not None:
             cluster = on_hosts(cluster, places)
             tasks = None if tasks is None else [t for t in tasks if t in cluster.tasks()]
-        env = dict(self.options["env"] or {}, **{ATTEMPT_ENV: str(attempt)})
-        plan = plan_launch(self.target, cluster, **dict(self.options, env=env, tasks=tasks))
-        return LocalJob(plan, self.relay, self.grace, self.warm_start)
+        env = dict(plan.task_env(), **{ATTEMPT_ENV: str(attempt)})
+        planned = plan_launch(plan.target, cluster, tasks, env=env, args=plan.args,
+                              python=local.python, rscript=local.rscript, cwd=plan.cwd,
+                              prepare_task=local.prepare_task, hosts=self.hosts,
+                              gpus_per_task=scaling.gpus_per_task)
+        return LocalJob(planned, self.relay, plan.restarts.grace, self.warm_start)
 
     # -- hosts that come and go (engines/elastic) -------------------------------------------
     def places(self) -> list:
         """The hosts of ``hosts=`` the cluster's tasks run on, chief and worker 0's first
         (none for a cluster on this machine alone: it cannot be lost without the launcher)."""
-        if not self.hosts or self.cluster is None:
-            return []
-        hosts = [host_of(self.cluster.address(r, i)) for r, i in self.cluster.tasks()]
-        return [h for n, h in enumerate(hosts) if h in self.hosts and h not in hosts[:n]]
+        return hosts_of(self.plan.scaling.cluster, self.hosts)
 
     def trainers(self, places) -> int:
         """Tasks holding training replicas on ``places`` (the chief and workers; a
@@ -421,4 +396,4 @@ class LocalLauncher:
                      for r, i in self.cluster.tasks()
                      if host_of(self.cluster.address(r, i)) in set(places) | set(active)}
         return probe_hosts({h: self.hosts[h] for h in places}, addresses,
-                           self.options["python"])
+                           self.plan.engine.python)

@@ -17,7 +17,7 @@ must not change between engines. What it adds, restarting the whole worker group
 failure, is ``Restarts(max_restarts=)`` here, as on every engine
 (:mod:`tfdistributed.engines.restarts`), and every Ray option of the actors (``num_cpus``,
 ``num_gpus``, ``resources``, ``runtime_env``, ``scheduling_strategy``...) passes through
-``Ray(ray_options=)``. ``Ray(gpus_per_task=N)`` asks ``num_gpus=N`` for the actors of the tasks
+``Ray(ray_options=)``. ``Scaling(gpus_per_task=N)`` asks ``num_gpus=N`` for the actors of the tasks
 that train only (:mod:`tfdistributed.engines.gpus`); Ray sets each actor's
 ``CUDA_VISIBLE_DEVICES`` to its GPUs, and the task's process inherits it.
 
@@ -36,12 +36,11 @@ import pickle
 import sys
 import time
 
-from ..._args import as_int
-from ...cluster.spec import ROLES, format_address
+from ...cluster.spec import format_address
 from ...cluster.addresses import local_addresses
 from ...cluster.local import Cluster
-from ...errors import ArgumentTypeError, ClusterConfigError, LaunchError, LaunchTimeoutError
-from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
+from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
+from ..base import ATTEMPT_ENV, Deadline, LaunchResult, Launcher, TaskResult, target_argv
 from ..gpus import ray_actor_options
 from ..output import Relay, error_summary, how_it_ended
 from ..restarts import failure_of
@@ -235,26 +234,21 @@ def _import_ray():
     return ray
 
 
-def _plan(target, workers, ps, chief, args, python, rscript):
-    """The job's ``(role, index)`` tasks, and what they run: a script's argv, or a function's
-    pickled call (each actor writes it into its own directory)."""
+def _plan(plan, scaling):
+    """The ``(role, index)`` of the tasks of ``scaling`` (the plan's, or an elastic attempt's),
+    and what the plan's target runs as: a script's argv, or a function's pickled call (each
+    actor writes it into its own directory)."""
     import cloudpickle
 
-    ps = as_int(ps, "ps", minimum=0)
-    workers = as_int(workers, "workers", minimum=1)
-    if ps and not chief:
-        raise ClusterConfigError("A parameter-server job needs chief=True: the target runs as the "
-                                 "chief (the coordinator); workers and ps tasks serve.")
-    counts = {"chief": int(bool(chief)), "worker": workers, "ps": ps}
-    roles = [(r, i) for r in ROLES for i in range(counts.get(r, 0))]
+    target, engine = plan.target, plan.engine
     if callable(target):
-        return roles, None, cloudpickle.dumps((target, tuple(args)))
+        return scaling.tasks(), None, cloudpickle.dumps((target, tuple(plan.args)))
     if not isinstance(target, (str, os.PathLike)):
         raise ArgumentTypeError(f"launch() target must be a script path or a Python function, "
                                 f"got {type(target).__name__}.")
-    argv, _ = target_argv(os.path.abspath(os.fspath(target)), args, python or "{python}",
-                           rscript, None)
-    return roles, argv, None
+    argv, _ = target_argv(os.path.abspath(os.fspath(target)), plan.args,
+                          engine.python or "{python}", engine.rscript, None)
+    return scaling.tasks(), argv, None
 
 
 class RayJob:
@@ -441,49 +435,29 @@ class RayJob:
         return LaunchResult(cluster=self.cluster.as_dict(), tasks=out, seconds=0.0)
 
 
-class RayLauncher:
+class RayLauncher(Launcher):
     """The Ray engine (a :class:`~tfdistributed.engines.base.Launcher`), made from a
     :class:`~tfdistributed.engines.options.JobPlan` whose engine is a
-    :class:`~tfdistributed.engines.options.Ray`, and the job's watch; ``with`` it, this process
-    is connected to Ray (a local Ray started for the job is shut down at the end); each attempt
-    is a :class:`RayJob` of fresh actors."""
+    :class:`~tfdistributed.engines.ray.engine.Ray`, and the job's relay; ``with`` it, this
+    process is connected to Ray (a local Ray started for the job is shut down at the end); each
+    attempt is a :class:`RayJob` of fresh actors."""
 
-    place_word = "node"  # what a place of an elastic job is (engines/elastic)
+    place_word = "node"
 
-    def __init__(self, plan, watch=None):
-        self.max_restarts = plan.restarts.max_restarts
-        self.min_workers = plan.restarts.min_workers
-        self.grace_for_places = plan.restarts.lost_after
-        self._node_ids: dict = {}
-        if self.min_workers is not None and as_int(plan.ps, "ps", minimum=0):
-            raise ArgumentTypeError(
-                "`min_workers` on Ray applies to multi-worker jobs: a parameter-server job's "
-                "coordinator already goes on without a lost worker within the job, and cannot "
-                "go on without its ps tasks. Drop min_workers, or ps.")
+    def __init__(self, plan, relay: Relay):
+        self.plan, self.relay = plan, relay
         self.ray = _import_ray()
-        self.timeout = plan.timeout
-        self.relay = Relay(echo=plan.echo, on_output=plan.on_output,
-                           show_all=plan.watch.show_all, watch=watch)
-        engine = plan.engine
-        self.job_args = (plan.target, plan.workers, plan.ps, plan.chief, plan.args,
-                         engine.python, engine.rscript)
-        self.address, self.env, self.cwd = engine.address, plan.task_env(), plan.cwd
-        self.ray_options, self.poll = engine.ray_options, engine.poll
-        self.gpus_per_task = engine.gpus_per_task
-        self.grace = plan.restarts.grace
         self.started_here = False
+        self._node_ids: dict = {}
 
     def __enter__(self) -> "RayLauncher":
-        ray = self.ray
+        ray, address = self.ray, self.plan.engine.address
         self.started_here = not ray.is_initialized()
         if self.started_here:
-            if self.address or os.environ.get("RAY_ADDRESS"):
-                ray.init(address=self.address or os.environ["RAY_ADDRESS"], log_to_driver=False)
+            if address or os.environ.get("RAY_ADDRESS"):
+                ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
             else:
-                _, workers, ps, chief = self.job_args[:4]
-                n = (as_int(workers, "workers", minimum=1) + as_int(ps, "ps", minimum=0)
-                     + int(bool(chief)))
-                start_local_ray(num_cpus=max(n, 2))
+                start_local_ray(num_cpus=max(len(self.plan.scaling.tasks()), 2))
         return self
 
     def __exit__(self, kind, error, tb) -> bool:
@@ -494,24 +468,26 @@ class RayLauncher:
     def job(self, attempt: int, deadline: Deadline, places=None) -> RayJob:
         """Attempt ``attempt``: its tasks planned and one actor asked for per task (with
         ``places``, an elastic job's nodes, one on each of the first of them)."""
-        target, workers, ps, chief, args, python, rscript = self.job_args
+        plan, engine, scaling = self.plan, self.plan.engine, self.plan.scaling
         nodes = None
         if places is not None:
             nodes = [self._node_ids[p] for p in places[:self.trainers(places)]]
-            workers = len(nodes) - int(bool(chief))
-        roles, argv, call_bytes = _plan(target, workers, ps, chief, args, python, rscript)
-        env = dict(self.env or {}, **{ATTEMPT_ENV: str(attempt)})
-        return RayJob(self.ray, roles, as_int(ps, "ps", minimum=0) > 0,
-                      {"num_cpus": 1, **(self.ray_options or {})}, self.relay, self.grace,
-                      start=dict(argv=argv, call_bytes=call_bytes, env=env, python=python,
-                                 cwd=self.cwd, deadline=deadline), poll=self.poll, nodes=nodes,
-                      gpus_per_task=self.gpus_per_task)
+            scaling = scaling.resized(len(nodes))
+        roles, argv, call_bytes = _plan(plan, scaling)
+        env = dict(plan.task_env(), **{ATTEMPT_ENV: str(attempt)})
+        return RayJob(self.ray, roles, scaling.parameter_server,
+                      {"num_cpus": 1, **(engine.ray_options or {})}, self.relay,
+                      plan.restarts.grace,
+                      start=dict(argv=argv, call_bytes=call_bytes, env=env, python=engine.python,
+                                 cwd=plan.cwd, deadline=deadline), poll=engine.poll, nodes=nodes,
+                      gpus_per_task=scaling.gpus_per_task)
 
     # -- nodes that come and go (engines/elastic) -------------------------------------------
     def places(self) -> list:
         """The alive Ray nodes with a CPU, this process's first, as ``address:port`` of their
-        raylet, when the job is elastic (``min_workers``); else none: Ray places the tasks."""
-        if self.min_workers is None:
+        raylet, when the job is elastic (``Scaling(min_workers=)``); else none: Ray places the
+        tasks. One worker a node (:meth:`~tfdistributed.engines.base.Launcher.trainers`)."""
+        if self.plan.scaling.min_workers is None:
             return []
         here = self.ray.get_runtime_context().get_node_id()
         nodes = [n for n in self.ray.nodes()
@@ -520,11 +496,6 @@ class RayLauncher:
         named = {f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}": n["NodeID"] for n in nodes}
         self._node_ids.update(named)
         return list(named)
-
-    def trainers(self, places) -> int:
-        """Workers the job runs on ``places``: one a node, at most ``workers``."""
-        _, workers, _, chief = self.job_args[:4]
-        return min(len(places), as_int(workers, "workers", minimum=1) + int(bool(chief)))
 
     def probe(self, places, active) -> dict:
         """``{node: None if it answers, else why not}``: Ray lists it alive and its raylet

@@ -4,6 +4,8 @@ runs under ``srun``, and the public names of SLURM.
 ==============  ==========================================================================
 module          what it holds
 ==============  ==========================================================================
+``engine``      what ``engine=Slurm(...)`` is given (:class:`~.engine.Slurm`), checked, and
+                what it refuses of a job's shape; it makes the launcher
 ``launcher``    the ``sbatch`` engine: ``launch(target, workers=N, engine=Slurm())``
                 submits, streams, follows and cancels a job (:class:`~.launcher.SlurmLauncher`)
 ``script``      the batch script of a job (:func:`~.script.slurm_script`)
@@ -15,7 +17,8 @@ node lists, ports, ``NodeAddr``) is :mod:`tfdistributed.cluster.from_slurm`: eve
 builds a strategy reads it, so it sits with the cluster, below the strategies; this package
 re-exports its names. A real SLURM cluster of local daemons, for the tests and tutorials, is
 :mod:`tfdistributed.testbeds.slurm`. This package's ``__init__`` imports neither the engine nor
-anything that does: a training script that only reads its cluster never loads it.
+anything that does (``engine`` imports the launcher when a job runs): a training script that
+only reads its cluster never loads it.
 """
 
 from __future__ import annotations

@@ -29,10 +29,9 @@ import sys
 import tempfile
 import time
 
-from ..._args import as_int
-from ...errors import ArgumentTypeError, LaunchError, LaunchTimeoutError
+from ...errors import LaunchError, LaunchTimeoutError
 from ...cluster.from_slurm import layout
-from ..base import ATTEMPT_ENV, Deadline, LaunchResult, TaskResult, target_argv
+from ..base import ATTEMPT_ENV, Deadline, LaunchResult, Launcher, TaskResult, target_argv
 from ..output import Relay, error_summary, how_it_ended
 from ..restarts import failure_of
 from ..attribution import End, first_cause, kind_of_end
@@ -100,28 +99,34 @@ def _cancel(job_id: str, wait: float = 30.0) -> None:
         time.sleep(0.3)
 
 
-def _write_job(target, workers, ps, chief, *, jobdir, base, env, args, slurm):
-    """The plan: the job's batch script, written into ``jobdir`` for a
-    :class:`~tfdistributed.engines.options.Slurm` engine; its path, and whether the target is
-    a function (whose call and results go through ``jobdir`` too). SLURM's ``--time`` is the
-    engine's ``time``; without one, none (the partition's default limit)."""
+def _write_job(plan, scaling, slurm, *, jobdir: str, env: dict) -> tuple:
+    """The plan's batch script, written into ``jobdir`` for the shape ``scaling`` (the plan's,
+    or an elastic attempt's) on the engine ``slurm`` (the plan's, or an elastic attempt's); its
+    path, and whether the target is a function (whose call and results go through ``jobdir``
+    too). SLURM's ``--time`` is the engine's ``time``; without one, none (the partition's
+    default limit)."""
     python, rscript = slurm.python or sys.executable, slurm.rscript
-    argv, is_function = target_argv(target, args, python, rscript, jobdir)
-    task_env = dict(env or {})
+    argv, is_function = target_argv(plan.target, plan.args, python, rscript, jobdir)
+    task_env = dict(env)
     if is_function:
         argv = [*argv, os.path.join(jobdir, "result-{task}.pkl")]
         # The function may live in a module importable only from this process's sys.path.
         task_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
-    script = slurm_script(target, workers, ps, chief, env=task_env, directory=jobdir,
+    script = slurm_script(plan.target, scaling, env=task_env, directory=jobdir,
                           job_name=slurm.job_name, partition=slurm.partition, requeue=False,
                           preemption_notice=None, time_limit=slurm.time,
-                          sbatch_args=[f"--chdir={base}", *slurm.sbatch_args],
-                          srun_args=slurm.srun_args, python=python, rscript=rscript, argv=argv,
-                          gpus_per_task=slurm.gpus_per_task)
+                          sbatch_args=[f"--chdir={_base(plan)}", *slurm.sbatch_args],
+                          srun_args=slurm.srun_args, python=python, rscript=rscript, argv=argv)
     script_path = os.path.join(jobdir, "job.sh")
     with open(script_path, "w") as f:
         f.write(script)
     return script_path, is_function
+
+
+def _base(plan) -> str:
+    """The directory the job is submitted from (``--chdir``), and under which its own directory
+    is made: the plan's ``cwd``, else this process's."""
+    return os.path.abspath(plan.cwd or os.getcwd())
 
 
 def _duration(seconds: float) -> str:
@@ -391,96 +396,68 @@ class SlurmJob:
         return result
 
 
-class SlurmLauncher:
+class SlurmLauncher(Launcher):
     """The SLURM engine (a :class:`~tfdistributed.engines.base.Launcher`), made from a
     :class:`~tfdistributed.engines.options.JobPlan` whose engine is a
-    :class:`~tfdistributed.engines.options.Slurm`, and the job's watch; each attempt a job
-    written to a directory of its own, as a :class:`SlurmJob`."""
+    :class:`~tfdistributed.engines.slurm.engine.Slurm`, and the job's relay; each attempt a
+    job written to a directory of its own, as a :class:`SlurmJob`."""
 
-    place_word = "node"  # what a place of an elastic job is (engines/elastic)
+    place_word = "node"
 
-    def __init__(self, plan, watch=None):
-        self.timeout = plan.timeout
-        self.min_workers = plan.restarts.min_workers
-        self.grace_for_places = plan.restarts.lost_after
-        if self.min_workers is not None and as_int(plan.ps, "ps", minimum=0):
-            raise ArgumentTypeError(
-                "`min_workers` on SLURM applies to multi-worker jobs: a parameter-server job's "
-                "coordinator already goes on without a lost worker within the job, and cannot "
-                "go on without its ps tasks. Drop min_workers, or ps.")
-        self.max_restarts = plan.restarts.max_restarts
-        self.relay = Relay(echo=plan.echo, on_output=plan.on_output,
-                           show_all=plan.watch.show_all, watch=watch)
-        self.roles = layout(plan.workers, plan.ps, plan.chief)
-        self.counts = (plan.target, plan.workers, plan.ps, plan.chief)
-        self.base = os.path.abspath(plan.cwd or os.getcwd())
-        self.slurm = plan.engine
-        self.env, self.args = plan.task_env(), plan.args
+    def __init__(self, plan, relay: Relay):
+        self.plan, self.relay = plan, relay
         self.waits = QueueWaits()
-
-    def __enter__(self) -> "SlurmLauncher":
-        return self
-
-    def __exit__(self, kind, error, tb) -> bool:
-        return False
 
     def _jobdir(self, attempt: int) -> str:
         """A new directory under the base, or the caller's (``attempt-<n>`` in it for a
         restart's)."""
-        directory = self.slurm.directory
+        directory = self.plan.engine.directory
         if directory is None:
-            return tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=self.base)
+            return tempfile.mkdtemp(prefix="tfdistributed-slurm-", dir=_base(self.plan))
         return os.path.join(directory, f"attempt-{attempt}") if attempt else directory
 
     def job(self, attempt: int, deadline: Deadline, places=None) -> SlurmJob:
         """Attempt ``attempt``: its batch script written (SLURM's ``--time`` the engine's
         ``time``, if any); with ``places`` (an elastic job), one worker on each of the first
         nodes of it. Its wait in the queue goes to the launcher's :class:`QueueWaits`."""
-        own_dir = self.slurm.directory is None
+        slurm, scaling = self.plan.engine, self.plan.scaling
+        own_dir = slurm.directory is None
         jobdir = self._jobdir(attempt)
         os.makedirs(jobdir, exist_ok=True)
-        target, workers, ps, chief = self.counts
-        ps_mode = as_int(ps, "ps", minimum=0) > 0
-        env = dict(self.env, **{ATTEMPT_ENV: str(attempt)})
-        slurm, roles = self.slurm, self.roles
         if places is not None:
             nodes = places[:self.trainers(places)]
-            workers = len(nodes) - int(bool(chief))
-            roles = layout(workers, ps, chief)
+            scaling = scaling.resized(len(nodes))
             slurm = slurm.replace(sbatch_args=[*slurm.sbatch_args, f"--nodes={len(nodes)}",
                                                "--ntasks-per-node=1",
                                                f"--nodelist={','.join(nodes)}"])
+        env = dict(self.plan.task_env(), **{ATTEMPT_ENV: str(attempt)})
         try:
-            script_path, is_function = _write_job(
-                target, workers, ps, chief, jobdir=jobdir, base=self.base, env=env,
-                args=self.args, slurm=slurm)
+            script_path, is_function = _write_job(self.plan, scaling, slurm, jobdir=jobdir,
+                                                  env=env)
         except BaseException:
             if own_dir:
                 shutil.rmtree(jobdir, ignore_errors=True)
             raise
-        return SlurmJob(jobdir, roles, ps_mode, self.relay, script_path=script_path,
-                        is_function=is_function, poll=slurm.poll,
+        roles = layout(scaling.workers, scaling.ps, scaling.chief)
+        return SlurmJob(jobdir, roles, scaling.parameter_server, self.relay,
+                        script_path=script_path, is_function=is_function, poll=slurm.poll,
                         remove=own_dir and not slurm.keep_files, waits=self.waits,
                         queue_timeout=slurm.queue_timeout)
 
     # -- nodes that come and go (engines/elastic) -------------------------------------------
     def places(self) -> list:
         """The nodes of the job's partition (as ``sinfo`` lists them), when the job is elastic
-        (``min_workers``); else none: SLURM itself picks the nodes of each attempt."""
-        if self.min_workers is None:
+        (``Scaling(min_workers=)``); else none: SLURM itself picks the nodes of each attempt.
+        One worker a node (:meth:`~tfdistributed.engines.base.Launcher.trainers`); more nodes
+        are spares, taken when a node is lost."""
+        if self.plan.scaling.min_workers is None:
             return []
-        return list(_node_states(self.slurm.partition))
-
-    def trainers(self, places) -> int:
-        """Workers the job runs on ``places``: one a node, at most ``workers`` (more nodes are
-        spares, taken when a node is lost)."""
-        _, workers, _, chief = self.counts
-        return min(len(places), as_int(workers, "workers", minimum=1) + int(bool(chief)))
+        return list(_node_states(self.plan.engine.partition))
 
     def probe(self, places, active) -> dict:
         """``{node: None if SLURM can give it to the job now (idle, or mixed with CPUs free),
         else what SLURM says of it}``."""
-        states = _node_states(self.slurm.partition)
+        states = _node_states(self.plan.engine.partition)
         return {node: _unusable(states.get(node)) for node in places}
 
 

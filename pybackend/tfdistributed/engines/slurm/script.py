@@ -19,14 +19,17 @@ from ...errors import ArgumentTypeError
 from ...cluster.from_slurm import CHIEF_VARIABLE, PS_VARIABLE, layout
 from ..base import target_argv
 from ..gpus import slurm_sbatch_options
-from ..options import DEFAULT_JOB_NAME
+from ..options import check_placed, scaling_of, words
 from ...watch.channel import PREEMPTED_EXIT_CODE
 
+#: The SLURM job's name (``sbatch --job-name``).
+DEFAULT_JOB_NAME = "tfdistributed"
 
-def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, directory=None,
+
+def slurm_script(target, scaling=None, *, workers=None, args=(), env=None, directory=None,
                  job_name=DEFAULT_JOB_NAME, partition=None, time_limit=None, sbatch_args=(),
                  srun_args=(), python=None, rscript=None, argv=None,
-                 preemption_notice=120, requeue=True, gpus_per_task=None) -> str:
+                 preemption_notice=120, requeue=True) -> str:
     """The ``sbatch`` script that runs ``target`` as a SLURM job (to print, keep or submit).
 
     Every task runs the target through ``python -m tfdistributed.engines.slurm.task``, which sets
@@ -37,7 +40,12 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
     Args:
         target: a ``.py`` or ``.R`` script (function targets need
             ``launch(fn, engine=Slurm())``).
-        workers, ps, chief: the tasks; ``ps > 0`` adds the chief (the coordinator).
+        scaling: the job's shape, a :class:`~tfdistributed.Scaling` (default ``Scaling()``):
+            its tasks, and ``gpus_per_task``, GPUs of its own for each task (``#SBATCH
+            --gpus-per-task=N``; SLURM sets each task's ``CUDA_VISIBLE_DEVICES``); every task
+            gets them, ps tasks too.
+        workers: the short call's: ``slurm_script(target, workers=4)`` is
+            ``slurm_script(target, Scaling(workers=4))``.
         args: command-line arguments for the script.
         env: extra environment variables for every task.
         directory: the job's directory on storage the nodes share; default
@@ -55,9 +63,6 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
             ``launch(engine=Slurm())`` passes False: it resubmits under ``max_restarts``.
         sbatch_args, srun_args: more options, e.g. ``["--constraint=a100"]``,
             ``["--resv-ports"]``.
-        gpus_per_task: GPUs of its own for each task (``#SBATCH --gpus-per-task=N``; SLURM sets
-            each task's ``CUDA_VISIBLE_DEVICES``); every task gets them, ps tasks too. None
-            (the default) or 0: none asked for.
         python, rscript: interpreters on the nodes (default: this Python, ``Rscript`` on the
             PATH).
         argv: the command each task runs, instead of the one derived from ``target``.
@@ -66,17 +71,20 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
         The batch script, as text.
 
     Raises:
-        ArgumentTypeError: ``target`` is a function, or a wrong count.
+        ArgumentTypeError: ``target`` is a function, or a shape SLURM cannot run (a
+            ``cluster`` of given addresses, ``gpus_per_task="all"``).
         LaunchError: the script does not exist or is neither ``.py`` nor ``.R``.
 
     Example:
         >>> print(slurm_script("train.R", workers=4, partition="gpu"))   # doctest: +SKIP
     """
-    roles = layout(workers, ps, chief)
-    python = python or sys.executable
+    scaling = scaling_of(scaling, workers)
+    check_placed(scaling, "slurm")
     # One option given as a string (R's "--gres=gpu:1") is one option, not its characters.
-    sbatch_args = [sbatch_args] if isinstance(sbatch_args, str) else list(sbatch_args)
-    srun_args = [srun_args] if isinstance(srun_args, str) else list(srun_args)
+    sbatch_args = words(sbatch_args, "sbatch_args")
+    srun_args = words(srun_args, "srun_args")
+    roles = layout(scaling.workers, scaling.ps, scaling.chief)
+    python = python or sys.executable
     if argv is None:
         if callable(target):
             raise ArgumentTypeError("slurm_script() writes a script for a .py or .R file; to run a "
@@ -104,15 +112,17 @@ def slurm_script(target, workers=2, ps=0, chief=False, *, args=(), env=None, dir
             lines.append(f"#SBATCH --signal=TERM@{notice}")
     if requeue:
         lines.append("#SBATCH --requeue")
-    lines += [f"#SBATCH {a}" for a in [*slurm_sbatch_options(gpus_per_task), *sbatch_args]]
-    exports = {PS_VARIABLE: str(int(ps)), CHIEF_VARIABLE: str(int(bool(chief or ps))),
+    lines += [f"#SBATCH {a}" for a in [*slurm_sbatch_options(scaling.gpus_per_task),
+                                        *sbatch_args]]
+    exports = {PS_VARIABLE: str(scaling.ps), CHIEF_VARIABLE: str(int(scaling.chief)),
                "PYTHONUNBUFFERED": "1", "TFDISTRIBUTED_LAUNCHED": "1",
                "RETICULATE_PYTHON": os.environ.get("RETICULATE_PYTHON", python)}
     exports.update({str(k): str(v) for k, v in (env or {}).items()})
     # Written in the job, not at submission: the job's own directory name needs its id.
     lines += ["", f'JOBDIR="{directory}"', 'mkdir -p "$JOBDIR"']
     lines += [f"export {k}={q(v)}" for k, v in exports.items()]
-    srun = ["srun", "--kill-on-bad-exit=1", '--output="$JOBDIR/task-%t.out"', *map(q, srun_args),
+    srun = ["srun", "--kill-on-bad-exit=1", '--output="$JOBDIR/task-%t.out"',
+            *map(q, srun_args),
             q(python), "-m", "tfdistributed.engines.slurm.task", '"$JOBDIR"', "--", *map(q, argv)]
     lines += ["", " ".join(srun)]
     if requeue:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from ...cluster.local import Cluster
 from ...cluster.spec import tf_config
 from ...cluster.from_slurm import slurm_cluster
 
@@ -43,7 +44,8 @@ def main(argv) -> int:
     if rank == 0:
         # The submitting process reports the cluster the tasks really ran as.
         _write(os.path.join(jobdir, "cluster.json"), json.dumps(cluster))
-    server = bool(cluster.get("ps")) and role in ("worker", "ps")
+    # In a parameter-server cluster the workers and ps tasks serve; the chief runs the program.
+    server = Cluster.of(cluster).parameter_server and role != "chief"
     if server:
         command = [sys.executable, "-m", "tfdistributed", "server"]
     command = [part.replace("{task}", str(rank)) for part in command]
