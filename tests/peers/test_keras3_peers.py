@@ -65,6 +65,7 @@ def test_every_keras3_test_that_passes_without_tfdistributed_passes_with_it(tmp_
     assert not broken, f"pass without tfdistributed, fail with it: {broken}"
 
 
+@pytest.mark.slow  # two fresh R and Python pairs
 @pytest.mark.r
 def test_keras3_calls_reach_keras_as_they_do_without_tfdistributed(tmp_path):
     # keras3_calls.R records what Keras' compile/fit/evaluate/predict receive (types, dtypes,

@@ -81,6 +81,7 @@ def test_default_strategy_trains_digits_to_090(gr):
     assert not training_threads()
 
 
+@pytest.mark.slow  # R serving two replicas to 0.9
 def test_mirrored_trains_digits_to_090_and_needs_steps_per_epoch(gr):
     gr("""
       mirrored <- distribute_strategy("mirrored")

@@ -41,6 +41,7 @@ def test_distribute_strategy_join_timeout_names_the_peer_that_never_came():
     assert f"missing: {missing}" in output
 
 
+@pytest.mark.slow  # a fresh R that launches a task
 def test_launch_cluster_passes_a_whole_double_join_timeout_to_every_task(tmp_path):
     script = tmp_path / "show.R"
     script.write_text('cat("join timeout", Sys.getenv("TFDISTRIBUTED_JOIN_TIMEOUT"), "\\n")\n')

@@ -225,6 +225,7 @@ print(json.dumps(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluste
 """
 
 
+@pytest.mark.slow  # a fresh Python without tfdistributed
 def test_without_tfdistributed_tensorflow_misses_the_tf_config_set_behind_pythons_back():
     # The defect is real in the installed TensorFlow: a fresh process, TF_CONFIG set in the C
     # environment after Python started, is invisible to TensorFlow alone.

@@ -100,8 +100,10 @@ def test_other_imports_pass_by(package):
 
 @pytest.mark.parametrize("order", ["import tfdistributed; import keras",
                                    "import keras; import tfdistributed",
-                                   "import tfdistributed; import tensorflow as tf; tf.keras.Model",
-                                   "import tensorflow; import tfdistributed; import keras"])
+                                   pytest.param("import tfdistributed; import tensorflow as tf; "
+                                                "tf.keras.Model", marks=pytest.mark.slow),
+                                   pytest.param("import tensorflow; import tfdistributed; "
+                                                "import keras", marks=pytest.mark.slow)])
 def test_the_repairs_and_the_join_watch_are_in_place_whichever_was_imported_first(order):
     # A fresh interpreter each: the order of the first imports is what is tested.
     code = (f"{order}\nimport json\nfrom tfdistributed.training import compat\n"

@@ -79,6 +79,7 @@ def probe(tmp_path, importer, dataset, **env):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # fresh Pythons
 def test_tensorflow_freezes_glibcs_mmap_threshold_after_a_generator_dataset(tmp_path):
     # The upstream behaviour the default works around (TensorFlow's ApplyPython311MemoryPatch,
     # on Python 3.11: a mallopt() that turns glibc's adaptive mmap threshold off). Which tensors

@@ -221,6 +221,7 @@ def _uneven_fits_without_the_repair():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh Python without the repair beside this one
 def test_an_uneven_last_batch_updates_as_one_device_and_needs_the_repair():
     # With the repair: in this process, which has every repair and 2 CPU devices (a fresh one
     # cost a TensorFlow start-up). Without it: a fresh process, the repair off from the start.
@@ -309,7 +310,7 @@ def _iterators_made(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("how", ["tfd", "keras"])
+@pytest.mark.parametrize("how", ["tfd", pytest.param("keras", marks=pytest.mark.slow)])
 def test_keras_shape_probe_makes_no_iterator_and_changes_no_number(digits, how, monkeypatch):
     """Under 2 replicas every input iterator is a distributed one (its input functions traced,
     its pipeline started: ~0.05-0.1 s of CPU each). Keras makes one for its shape probe at every

@@ -85,7 +85,7 @@ def test_global_batch_loss_matches_single_device(digits):
     np.testing.assert_allclose(losses["mirrored"], losses["one_device"], rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["one_device", "mirrored"])
+@pytest.mark.parametrize("name", ["one_device", pytest.param("mirrored", marks=pytest.mark.slow)])
 def test_validation_data_sample_weights_weight_the_validation_metrics(digits, name):
     """(x_val, y_val, sample_weight_val): the third part is used, on one device and on 2
     replicas, and equals the weighted loss computed from the model's own predictions."""
@@ -200,7 +200,7 @@ def test_model_saved_under_mirrored_loads_with_and_without_a_strategy(digits, tm
     np.testing.assert_allclose(served.serve(xt[:8]).numpy(), model(xt[:8]).numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["default", "mirrored"])
+@pytest.mark.parametrize("name", ["default", pytest.param("mirrored", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("examples,steps", [(600, 30), (512, 24)])  # 10 batches (the last
 def test_steps_per_execution_epochs_are_keras_epochs(digits, name, examples, steps):  # smaller), 8
     # Blocks of 4 over 10 batches: Keras runs 4 + 4 + 2 steps an epoch on arrays. fit() once
