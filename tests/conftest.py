@@ -32,26 +32,32 @@ pytest_plugins = ["sitefixtures", "cpuaccount"]
 
 
 # The test files that cost the most in `make test` (3 pytest-xdist workers on 2 cores, measured
-# 2026-11-26), the costliest first. `make test` runs --dist loadscope --no-loadscope-reorder:
+# 2026-11-28), the costliest first. `make test` runs --dist loadscope --no-loadscope-reorder:
 # xdist hands out whole files in the order collected, so these start at once and the short files
 # fill the end (longest first: the run does not end on one long file while a core idles), and
 # the site's browser tier (tests/docs) and the R source package, which wait for the render
 # test_vignettes starts, come last, when the render is done.
 COSTLIEST_FIRST = [
-    "tests/r/test_vignettes.py",                       # renders every article (~600 s)
-    "tests/python/training/test_conformance.py",
+    "tests/r/test_vignettes.py",                       # renders every article (~650 s)
+    "tests/python/training/test_conformance.py",       # ~700 s
+    "tests/peers/test_keras_peers.py",                 # Keras's own tests (~280 s)
+    "tests/python/training/test_placement.py",
+    "tests/r/test_r_keras3.py",
     "tests/python/training/test_multiworker.py",
+    "tests/python/package/test_packaging.py",
+    "tests/peers/test_keras3_peers.py",
+    "tests/r/test_testthat.py",
     "tests/python/engines/test_self_healing.py",
+    "tests/python/engines/test_warm_r.py",
+    "tests/python/testbeds/test_hosts.py",
     "tests/python/watch/test_watch.py",
     "tests/python/engines/test_slurm.py",
-    "tests/python/testbeds/test_hosts.py",
     "tests/python/data/test_auto_shard.py",
     "tests/python/training/test_keras_surface.py",
     "tests/python/testbeds/test_slurm_hosts.py",
     "tests/python/training/test_training.py",
     "tests/r/test_r_values.py",
     "tests/python/engines/test_elastic_ray.py",
-    "tests/r/test_testthat.py",
     "tests/python/engines/test_elastic_slurm.py",
     "tests/python/engines/test_elastic.py",
     "tests/python/cluster/test_join.py",
