@@ -437,7 +437,7 @@ def test_a_notice_at_an_epochs_last_backup_stops_after_the_epoch_has_ended(tmp_p
     assert history.epoch == [0] and "val_loss" in history.history
     assert len(log.read_text().strip().splitlines()) == 2  # header and epoch 0
     assert json.loads((tmp_path / "b" / "training_metadata.json").read_text()) == \
-        {"epoch": 0, "batch": EPOCH - 1, "steps_done": EPOCH}
+        {"epoch": 0, "batch": EPOCH - 1, "steps_done": EPOCH, "accumulation": 1}
 
 
 def test_in_one_process_a_sigterm_backs_up_and_exits_with_the_preemption_code(tmp_path):
@@ -464,7 +464,7 @@ def test_in_one_process_a_sigterm_backs_up_and_exits_with_the_preemption_code(tm
     assert stopped.value.code == tfd.PREEMPTED_EXIT_CODE
     assert signal.getsignal(signal.SIGTERM) is handler
     assert json.loads((tmp_path / "b" / "training_metadata.json").read_text()) == \
-        {"epoch": 0, "batch": 9, "steps_done": 10}
+        {"epoch": 0, "batch": 9, "steps_done": 10, "accumulation": 1}
     resumed = digits_model(strategy, seed=2, learning_rate=0.01)
     history = tfd.fit(resumed, x, y, **fit)
     assert history.epoch == [0, 1] and int(resumed.optimizer.iterations.numpy()) == STEPS
