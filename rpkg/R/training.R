@@ -60,6 +60,11 @@
 #'   `parameter_server`): a restarted job resumes at the step of its last
 #'   backup, so it redoes at most N steps and, with `shuffle = FALSE` or a
 #'   `seed`, ends with the weights of an uninterrupted run.
+#' @param max_replica_batch The most examples a replica takes in one step, a
+#'   whole number. Where `batch_size` split over the replicas gives each more
+#'   (an elastic job that lost workers), each update is made of several steps
+#'   whose gradients are accumulated, so the global batch keeps its size and
+#'   each replica its memory. Left out, each replica's share grows instead.
 #' @param verbose `"auto"`, 0, 1 or 2 (non-chief workers are quiet with
 #'   `"auto"`, the backend's default). Left out, `getOption("tfdistributed.verbose")`
 #'   when it is set: `options(tfdistributed.verbose = 0)` changes the default.
@@ -101,7 +106,8 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs, batch_s
                             validation_data = NULL, validation_split = NULL, callbacks = NULL,
                             shard_policy = NULL, shuffle, seed = NULL,
                             steps_per_epoch = NULL, sample_weight = NULL, class_weight = NULL,
-                            check_shards, backup_dir = NULL, save_freq, verbose, ...) {
+                            check_shards, backup_dir = NULL, save_freq, max_replica_batch,
+                            verbose, ...) {
   # Data made by R code is served from R's main thread while training runs (generators.R).
   if (!missing(x) && is_generator_dataset(x)) {
     return(serve_training(match.call(), x, parent.frame(), "fit"))
@@ -111,7 +117,7 @@ fit_distributed <- function(model, x, y = NULL, strategy = NULL, epochs, batch_s
   }
   given <- given_arguments(environment(), list(
     epochs = as_integer, shuffle = optional_flag, check_shards = optional_flag,
-    save_freq = as_save_freq, verbose = as_verbose))
+    save_freq = as_save_freq, max_replica_batch = as_integer, verbose = as_verbose))
   history <- with_backend(do.call(backend()$fit, c(list(
     model, to_numpy(x, "x"), to_numpy(y, "y"),
     strategy = strategy, batch_size = as_integer(batch_size),

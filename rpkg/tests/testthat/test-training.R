@@ -33,6 +33,17 @@ test_that("batch_size = 64 (a double) works; 64.5, NA and odd global batches are
                class = "tfdistributed_training_error")
 })
 
+test_that("max_replica_batch = 16 (a double) accumulates two steps per update; 16.5 is an R error", {
+  skip_if_no_backend()
+  model <- mirrored_model()
+  d <- regression_data()
+  # 64 over 2 replicas is 32 each: two accumulated steps of 16 per update.
+  fit_distributed(model, d$x, d$y, batch_size = 64, max_replica_batch = 16, verbose = 0)
+  expect_equal(as.integer(reticulate::py_to_r(model$optimizer$gradient_accumulation_steps)), 2L)
+  expect_error(fit_distributed(model, d$x, d$y, batch_size = 64, max_replica_batch = 16.5),
+               "`max_replica_batch` must be a single whole number", class = "tfdistributed_error")
+})
+
 test_that("data frames, factors and integer labels are converted; bad data is an R error", {
   skip_if_no_backend()
   strategy <- test_strategy("mirrored")
