@@ -277,13 +277,11 @@ def _write_backup(callback) -> None:
     aside = os.path.join(callback.backup_dir, "saving.weights.h5")
     callback.model.save_weights(aside, overwrite=True)
     os.replace(aside, callback._weights_path)
-    optimizer = getattr(callback.model, "optimizer", None)
-    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scaling one's
     with open(callback._training_metadata_path + ".saving", "w") as f:
         # How many steps made one update (fit(max_replica_batch=) may resume with another).
         json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
                    "steps_done": callback._steps_done,
-                   "accumulation": getattr(optimizer, "gradient_accumulation_steps", None) or 1},
+                   "accumulation": steps_per_update(getattr(callback.model, "optimizer", None))},
                   f)
     os.replace(callback._training_metadata_path + ".saving", callback._training_metadata_path)
     # Counted from the epoch's start; an epoch-end backup is the next epoch's step 0.
@@ -456,6 +454,13 @@ def resume_point(backup_dir, steps_per_epoch: int) -> tuple:
     if step >= steps_per_epoch:
         return epoch + 1, 0
     return epoch, step
+
+
+def steps_per_update(optimizer) -> int:
+    """How many steps make one update of ``optimizer`` (a loss-scaling optimizer's: its inner
+    one's), what a backup records as its ``accumulation`` (no optimizer: 1)."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    return getattr(optimizer, "gradient_accumulation_steps", None) or 1
 
 
 def backup_accumulation(backup_dir) -> int | None:

@@ -97,14 +97,14 @@ def resuming_callback(model, backup_dir):
     ``on_train_begin``), carries the optimizer's count of updates over to this fit's N."""
     import keras
 
-    from .checkpoints import backup_accumulation
+    from .checkpoints import backup_accumulation, steps_per_update
 
     optimizer = _inner(model.optimizer)
 
     class ResumeAccumulation(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             before = backup_accumulation(backup_dir)
-            now = optimizer.gradient_accumulation_steps or 1
+            now = steps_per_update(optimizer)
             if before is not None and before != now:
                 _carry_over(optimizer, before, now)
 
