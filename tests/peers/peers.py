@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 #: Where a repair of ours changes on purpose what a peer's test asserts: the test ("keras:
 #: <node id>" or "keras3: <file>: <test>") and why. CONFORMANCE.md lists them (its section is
-#: written by test_keras_peers.py). None so far.
+#: written by test_keras_peers.py).
 CHANGED_ON_PURPOSE: dict[str, str] = {
     "keras: keras/src/backend/tensorflow/optimizer_distribute_test.py::OptimizerDistributeTest"
     "::test_gradient_accumulation":
@@ -74,6 +74,16 @@ def broken_by_us(with_us: dict, plain: dict) -> list:
     """The tests that failed with tfdistributed loaded and pass without it."""
     return sorted(t for t, outcome in with_us.items()
                   if outcome == "failed" and plain.get(t) == "passed")
+
+
+def verdict(suite: str, with_us: dict, plain: dict, key=lambda test: test) -> tuple:
+    """``(broken, stale)`` for a peer ``suite`` ("keras" or "keras3"): the tests that pass
+    without tfdistributed and fail with it, but for those CHANGED_ON_PURPOSE lists (by
+    ``key(test)``); and the listed tests of the suite that no longer fail with it."""
+    listed = {t.split(": ", 1)[1] for t in CHANGED_ON_PURPOSE if t.startswith(f"{suite}: ")}
+    broken = [t for t in broken_by_us(with_us, plain) if key(t) not in listed]
+    stale = sorted(listed - {key(t) for t, outcome in with_us.items() if outcome == "failed"})
+    return broken, stale
 
 
 def not_passed(outcomes: dict) -> list:

@@ -26,14 +26,19 @@ RUNNER = peers.HERE / "run_keras3_tests.R"
 TIMEOUT = 1500
 
 
+def _r_user_env() -> dict:
+    """A user's environment (peers.user_env) with the R library that holds keras3 and
+    tfdistributed, and the Python they use."""
+    return peers.user_env(**{k: v for k, v in keras3_env().items()
+                             if k in ("R_LIBS", "RETICULATE_PYTHON")})
+
+
 def _keras3_tests(workdir, out, *, with_tfdistributed: bool, files=None) -> dict:
     args = ["Rscript", str(RUNNER), str(workdir), str(out),
             "with" if with_tfdistributed else "without"]
     if files:
         args.append("^(" + "|".join(re.escape(f) for f in files) + ")$")
-    done = peers.run(args, cwd=workdir, timeout=TIMEOUT,
-                     env=peers.user_env(**{k: v for k, v in keras3_env().items()
-                                           if k in ("R_LIBS", "RETICULATE_PYTHON")}))
+    done = peers.run(args, cwd=workdir, timeout=TIMEOUT, env=_r_user_env())
     assert out.exists(), f"keras3's tests did not run:\n{done.stdout[-6000:]}"
     seen = Counter()
     outcomes = {}
@@ -60,9 +65,9 @@ def test_every_keras3_test_that_passes_without_tfdistributed_passes_with_it(tmp_
           f"{sum(o == 'passed' for o in with_us.values())} passed, {len(failed)} failed "
           f"(without it, {sum(o == 'passed' for t, o in plain.items() if t in failed)} of "
           f"those pass), {sum(o == 'skipped' for o in with_us.values())} skipped")
-    broken = [t for t in peers.broken_by_us(with_us, plain)
-              if f"keras3: {t.rsplit(' #', 1)[0]}" not in peers.CHANGED_ON_PURPOSE]
+    broken, stale = peers.verdict("keras3", with_us, plain, key=lambda t: t.rsplit(" #", 1)[0])
     assert not broken, f"pass without tfdistributed, fail with it: {broken}"
+    assert not stale, f"listed as changed on purpose, but they do not fail: {stale}"
 
 
 @pytest.mark.slow  # two fresh R and Python pairs
@@ -76,9 +81,7 @@ def test_keras3_calls_reach_keras_as_they_do_without_tfdistributed(tmp_path):
     for loaded in ("without", "with"):
         out = tmp_path / f"{loaded}.json"
         done = peers.run(["Rscript", str(peers.HERE / "keras3_calls.R"), str(out), loaded],
-                         cwd=tmp_path, timeout=600,
-                         env=peers.user_env(**{k: v for k, v in keras3_env().items()
-                                               if k in ("R_LIBS", "RETICULATE_PYTHON")}))
+                         cwd=tmp_path, timeout=600, env=_r_user_env())
         assert out.exists(), done.stdout[-4000:]
         seen[loaded] = json.loads(out.read_text())
     assert [call[0] for call in seen["without"]].count("fit") == 6, seen["without"]

@@ -53,15 +53,12 @@ def test_every_keras_test_that_passes_without_tfdistributed_passes_with_it(tmp_p
     failed = peers.not_passed(with_us)
     plain = _keras_tests(workdir, tmp_path / "plain.json", tfdistributed_first=False,
                          tests=failed) if failed else {}
-    broken = [t for t in peers.broken_by_us(with_us, plain)
-              if f"keras: {t}" not in peers.CHANGED_ON_PURPOSE]
+    broken, stale = peers.verdict("keras", with_us, plain)
     print(f"\nKeras {len(with_us)} tests with tfdistributed: "
           f"{sum(o == 'passed' for o in with_us.values())} passed, {len(failed)} failed "
           f"(without it: {sum(o == 'passed' for o in plain.values())} of those pass), "
           f"{sum(o == 'skipped' for o in with_us.values())} skipped")
     assert not broken, f"pass without tfdistributed, fail with it: {broken}"
-    stale = [t for t in peers.CHANGED_ON_PURPOSE
-             if t.startswith("keras: ") and with_us.get(t[len("keras: "):]) != "failed"]
     assert not stale, f"listed as changed on purpose, but they do not fail: {stale}"
 
 
