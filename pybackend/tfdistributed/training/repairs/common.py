@@ -69,6 +69,16 @@ def keras_trainer():
     return trainer
 
 
+def in_a_replica_needing_merge_call() -> bool:
+    """Whether this code runs in a replica of a strategy whose updates of distributed
+    variables go through ``merge_call`` (every strategy but the default, XLA on GPUs aside),
+    which TensorFlow forbids inside a branch of a ``cond`` (keras-team/keras#20582)."""
+    import tensorflow as tf
+
+    return (tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context() is False
+            and not tf.__internal__.distribute.strategy_supports_no_merge_call())
+
+
 def original(fn):
     """What ``fn`` replaced, if it is one of our patches (under every patch of ours wrapped
     around it: Keras' or TensorFlow's own), else ``fn``."""

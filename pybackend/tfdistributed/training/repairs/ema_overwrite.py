@@ -15,7 +15,7 @@ copy), inside Keras' own condition, without ``merge_call``.
 
 from __future__ import annotations
 
-from .common import Repair, source
+from .common import Repair, in_a_replica_needing_merge_call, source
 
 
 def detect(trainer) -> bool:
@@ -33,7 +33,7 @@ def apply(trainer) -> None:
     overwrite = TFOptimizer._overwrite_model_variables_with_average_value
 
     def _overwrite_model_variables_with_average_value(self, trainable_variables):
-        if not _in_a_replica_of_a_strategy():
+        if not in_a_replica_needing_merge_call():
             return overwrite(self, trainable_variables)
         for variable, average in zip(trainable_variables, self._model_variables_moving_average):
             if average is not None:
@@ -42,13 +42,6 @@ def apply(trainer) -> None:
     _overwrite_model_variables_with_average_value.__tfdistributed_original__ = overwrite
     TFOptimizer._overwrite_model_variables_with_average_value = \
         _overwrite_model_variables_with_average_value
-
-
-def _in_a_replica_of_a_strategy() -> bool:
-    import tensorflow as tf
-
-    return (tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context() is False
-            and not tf.__internal__.distribute.strategy_supports_no_merge_call())
 
 
 def _replicas_own(variable):

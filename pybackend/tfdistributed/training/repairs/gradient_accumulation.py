@@ -28,7 +28,7 @@ parameter device, to which every replica's share is added.
 
 from __future__ import annotations
 
-from .common import Repair, source
+from .common import Repair, in_a_replica_needing_merge_call, source
 from .uneven_batches import weighted_by_share, weights_applied
 
 ACCUMULATOR = "gradient_accumulator"  # the name Keras gives each accumulator
@@ -67,11 +67,7 @@ def apply(trainer) -> None:
 def _accumulates_under_a_strategy(optimizer) -> bool:
     """Whether ``optimizer`` accumulates gradients in a replica of a strategy whose updates
     need ``merge_call`` (every strategy but the default, XLA on GPUs aside)."""
-    import tensorflow as tf
-
-    return (bool(optimizer.gradient_accumulation_steps) and tf.distribute.has_strategy()
-            and tf.distribute.in_cross_replica_context() is False
-            and not tf.__internal__.distribute.strategy_supports_no_merge_call())
+    return bool(optimizer.gradient_accumulation_steps) and in_a_replica_needing_merge_call()
 
 
 def _per_replica_accumulator(optimizer, reference, initializer):

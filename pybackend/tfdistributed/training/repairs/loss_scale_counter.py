@@ -12,7 +12,7 @@ value (``where``), the same counter and scale assigned without a ``cond``.
 
 from __future__ import annotations
 
-from .common import Repair, source
+from .common import Repair, in_a_replica_needing_merge_call, source
 
 
 def detect(trainer) -> bool:
@@ -23,15 +23,13 @@ def detect(trainer) -> bool:
 
 
 def apply(trainer) -> None:
-    import tensorflow as tf
     from keras.src import ops
     from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 
     handle_finite = LossScaleOptimizer._stateful_handle_finite_grads
 
     def _stateful_handle_finite_grads(self, grads, trainable_variables):
-        if not (tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context() is False
-                and not tf.__internal__.distribute.strategy_supports_no_merge_call()):
+        if not in_a_replica_needing_merge_call():
             return handle_finite(self, grads, trainable_variables)
         scale = self.dynamic_scale
         weights = trainable_variables or self._trainable_variables
