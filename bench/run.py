@@ -677,8 +677,11 @@ def main(argv=None):
     if ns.reps:
         cfg = Config(**{**cfg.__dict__, "reps": ns.reps})
     prefix = ns.out or HERE / ("results-quick" if ns.quick else "results")
-    command = "make bench" if os.environ.get("MAKELEVEL") else \
-        " ".join([os.path.relpath(sys.executable, ROOT), "bench/run.py", *(argv or sys.argv[1:])])
+    given = list(argv or sys.argv[1:])
+    # Under make, the command a reader types again: make bench with its BENCH_ARGS.
+    command = (("make bench" + (f' BENCH_ARGS="{" ".join(given)}"' if given else ""))
+               if os.environ.get("MAKELEVEL") else
+               " ".join([os.path.relpath(sys.executable, ROOT), "bench/run.py", *given]))
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.monotonic()
     info = machine()

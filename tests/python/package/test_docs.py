@@ -137,6 +137,7 @@ PERFORMANCE_ROWS = {
     "2 workers vs 1 process, compute-heavier CNN": lambda: [_row_ratio("results-scaling.json", "7a.")],
     "the small CNN in blocks of 4": lambda: [_row_ratio("results-scaling.json", "8a.")],
     "the compute-heavier CNN in blocks of 4": lambda: [_row_ratio("results-scaling.json", "8b.")],
+    "What blocks of 4 steps buy a 2-worker job": lambda: [_row_ratio("results-blocks.json", "8c.")],
     "`mirrored`, 2 logical CPUs": lambda: [_row_ratio("results.json", "4b.")],
     "Start-up, `launch()`": lambda: [_row_ratio("results.json", "5.")],
     "R generator": lambda: [_row_ratio("results-generator.json", "6a.")],
