@@ -35,6 +35,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,13 +156,40 @@ def rscript(code: str, what: str, timeout: float = RENDER_TIMEOUT, keras3: bool 
     :func:`r_env`; ``env``: more variables); its warnings are errors (the site builds without
     any). pkgdown is told there is no internet: it would ask CRAN whether the package is there
     (it is not), and this machine reaches no CRAN."""
-    run = subprocess.run(["Rscript", "-e", "options(warn = 2, pkgdown.internet = FALSE)",
-                          "-e", code], cwd=ROOT, env={**r_env(keras3), **(env or {})},
-                         capture_output=True, text=True, timeout=timeout)
-    output = run.stdout + run.stderr
-    if run.returncode != 0:
-        raise SiteError(f"{what} failed (Rscript exit status {run.returncode}):\n{output[-6000:]}")
+    returncode, output, cpu = _run_counted(
+        ["Rscript", "-e", "options(warn = 2, pkgdown.internet = FALSE)", "-e", code],
+        env={**r_env(keras3), **(env or {})}, timeout=timeout)
+    CPU_SECONDS[what] = CPU_SECONDS.get(what, 0.0) + cpu
+    if returncode != 0:
+        raise SiteError(f"{what} failed (Rscript exit status {returncode}):\n{output[-6000:]}")
     return output
+
+
+#: CPU seconds of each Rscript this process ran, by what it did (``knitting the article
+#: multi-worker``): the process and every process it started and waited for (the tutorials'
+#: cluster tasks), whatever else ran beside it. What the suite's cost report reads.
+CPU_SECONDS: dict[str, float] = {}
+
+
+def _run_counted(cmd: list[str], env: dict, timeout: float) -> tuple[int, str, float]:
+    """``cmd`` run to its end from ROOT: (exit status, stdout and stderr, its CPU seconds).
+    os.wait4 reaps it, so that its own resource usage (and its waited-for children's) is known
+    even while other commands run beside it, which the process-wide RUSAGE_CHILDREN mixes."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        timed_out = threading.Event()
+        timer = threading.Timer(timeout, lambda: (timed_out.set(), proc.kill()))
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)   # reaped here, not by Popen
+        out.seek(0)
+        output = out.read().decode("utf-8", "replace")
+    if timed_out.is_set():
+        raise subprocess.TimeoutExpired(cmd, timeout, output=output)
+    return proc.returncode, output, usage.ru_utime + usage.ru_stime
 
 
 def init(pkg: Path, dest: Path) -> None:

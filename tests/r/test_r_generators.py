@@ -229,6 +229,7 @@ def test_files_written_from_r_train_and_are_checked_before_sharding(gr, tmp_path
     assert bad.startswith("Column(s) a of `data` are not numeric")
 
 
+@pytest.mark.slow
 def test_an_r_interrupt_stops_training_and_its_thread():
     script = r"""
       library(tfdistributed)

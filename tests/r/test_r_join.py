@@ -58,6 +58,7 @@ def test_launch_cluster_passes_a_whole_double_join_timeout_to_every_task(tmp_pat
     assert "`join_timeout` must be a single number" in output
 
 
+@pytest.mark.slow
 def test_a_strategy_built_before_tf_config_refuses_to_train_alone_from_r():
     done = _r("""
     library(tfdistributed)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROGRAM = textwrap.dedent("""
     import _thread, json, os, sys, time
     import tensorflow as tf
@@ -47,6 +49,7 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_tensorflow_called_from_r_as_the_tutorials_call_it():
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     proc = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,

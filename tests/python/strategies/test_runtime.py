@@ -103,6 +103,7 @@ def test_tensorflow_freezes_glibcs_mmap_threshold_after_a_generator_dataset(tmp_
         "after a GeneratorDataset every 31 MiB block is a fresh mmap (and munmap when freed)"
 
 
+@pytest.mark.slow
 def test_importing_tfdistributed_gives_the_pooling_allocator_that_reuses_memory(tmp_path):
     pooled = probe(tmp_path, "tfdistributed", "generator")
     assert pooled["env"] == "true"
@@ -110,6 +111,7 @@ def test_importing_tfdistributed_gives_the_pooling_allocator_that_reuses_memory(
     assert pooled["mmapped"][1:] == [0, 0, 0]
 
 
+@pytest.mark.slow
 def test_the_users_choice_of_allocator_wins(tmp_path):
     kept = probe(tmp_path, "tfdistributed", "none", TF_CPU_ALLOCATOR_USE_BFC="false")
     assert kept["env"] == "false" and not kept["pooled"]

@@ -10,6 +10,7 @@ model's own predictions, the final weights and the files callbacks wrote; or the
 from __future__ import annotations
 
 import os
+import time
 import traceback
 
 import numpy as np
@@ -356,6 +357,7 @@ def run_cell(name, strategy, workdir):
 
     import tfdistributed as tfd
 
+    cpu = time.process_time()
     build, fit_args, _, how = _features()[name]
     x, y, xt, yt = _data()
     data = {"x": x, "y": y, "xt": xt, "yt": yt, "workdir": os.path.join(workdir, name)}
@@ -387,10 +389,12 @@ def run_cell(name, strategy, workdir):
                 "trainable_weights": [np.asarray(w) for w in model.trainable_weights],
                 "files": _files(data["workdir"]),
                 "csv_losses": _csv_losses(data["workdir"]),
-                "callback_epochs": data.get("epochs_seen")}
+                "callback_epochs": data.get("epochs_seen"),
+                "cpu_seconds": time.process_time() - cpu}
     except Exception as e:  # a cell reports its error; the test decides whether it is ours
         return {"status": "error", "type": type(e).__name__, "module": type(e).__module__,
-                "message": str(e), "traceback": traceback.format_exc()[-3000:]}
+                "message": str(e), "traceback": traceback.format_exc()[-3000:],
+                "cpu_seconds": time.process_time() - cpu}
 
 
 def _one_hot(labels):

@@ -43,6 +43,8 @@ import docsite  # noqa: E402
 # The R source package test then fails: the tutorials it needs knitted were not.
 REUSE = "TFDISTRIBUTED_REUSE_SITE_RENDER"
 KEPT = ROOT / ".logs" / "site"
+# CPU seconds of each article's knit (and of pkgdown's other steps), written by every render.
+CPU_REPORT = ROOT / ".logs" / "site-cpu.json"
 
 
 @dataclass
@@ -96,7 +98,12 @@ def _render(work: Path) -> SiteRender:
     t1 = time.monotonic()
     failures = docsite.render_articles(pkg, dest, names)
     t2 = time.monotonic()
-    return SiteRender(pkg, dest, failures, {"init": t1 - t0, "articles": t2 - t1})
+    # What each knit cost, its cluster jobs included: the suite's costliest fixture, by article.
+    cpu = {what.removeprefix("knitting the article "): round(seconds, 1)
+           for what, seconds in sorted(docsite.CPU_SECONDS.items(), key=lambda kv: -kv[1])}
+    CPU_REPORT.parent.mkdir(exist_ok=True)
+    CPU_REPORT.write_text(json.dumps(cpu, indent=1) + "\n")
+    return SiteRender(pkg, dest, failures, {"init": t1 - t0, "articles": t2 - t1, "cpu": cpu})
 
 
 @pytest.fixture(scope="session")

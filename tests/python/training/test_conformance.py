@@ -10,7 +10,9 @@ cell in one launched job. The table in ``CONFORMANCE.md`` is generated from thes
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,6 +68,9 @@ EXPECTED_ERRORS: dict[tuple[str, str], str] = {
 PS_NOT_EXACT = {"steps_and_initial_epoch"}
 
 
+REPORT = Path(conformance.TABLE).parent / ".logs" / "conformance-cpu.json"
+
+
 def _exact(strategy, feature) -> bool:
     if FEATURES[feature] != conformance.EXACT:
         return False
@@ -95,8 +100,20 @@ def matrix(tmp_path_factory):
         clusters = pool.submit(_cluster_cells, root)
         results = {name: conformance.run_cells(name, str(root / name)) for name in IN_PROCESS}
         results.update(clusters.result())
+    _write_costs(results)
     results["_roots"] = {"multi_worker_mirrored": str(root / "mwms" / "none")}
     return results
+
+
+def _write_costs(results) -> None:
+    """CPU seconds of every cell (one process's: a worker's for the cluster columns), by column
+    and feature, costliest first: the suite's costliest fixture, to read before adding a row."""
+    costs = {column: dict(sorted(((f, round(r.get("cpu_seconds", 0.0), 1))
+                                  for f, r in cells.items()), key=lambda kv: -kv[1]))
+             for column, cells in results.items()}
+    totals = {column: round(sum(cells.values()), 1) for column, cells in costs.items()}
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text(json.dumps({"totals": totals, "cells": costs}, indent=1) + "\n")
 
 
 def _close(actual, expected, what, rtol=RTOL, atol=ATOL):

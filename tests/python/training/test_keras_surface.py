@@ -310,7 +310,8 @@ def _iterators_made(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("how", ["tfd", pytest.param("keras", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["tfd", "keras"])
 def test_keras_shape_probe_makes_no_iterator_and_changes_no_number(digits, how, monkeypatch):
     """Under 2 replicas every input iterator is a distributed one (its input functions traced,
     its pipeline started: ~0.05-0.1 s of CPU each). Keras makes one for its shape probe at every

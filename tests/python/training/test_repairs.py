@@ -149,6 +149,7 @@ def test_install_refuses_a_repair_out_of_order_and_adds_a_known_one_once():
     assert compat.names() == before
 
 
+@pytest.mark.slow
 def test_a_repair_whose_requirement_is_switched_off_is_skipped_and_says_why():
     code = ("import json, keras, tfdistributed\n"
             "from tfdistributed.training import compat\n"
