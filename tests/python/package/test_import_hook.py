@@ -99,7 +99,8 @@ def test_other_imports_pass_by(package):
 
 
 @pytest.mark.parametrize("order", ["import tfdistributed; import keras",
-                                   "import keras; import tfdistributed",
+                                   pytest.param("import keras; import tfdistributed",
+                                                marks=pytest.mark.slow),
                                    pytest.param("import tfdistributed; import tensorflow as tf; "
                                                 "tf.keras.Model", marks=pytest.mark.slow),
                                    pytest.param("import tensorflow; import tfdistributed; "
