@@ -33,6 +33,7 @@ import concurrent.futures
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -182,12 +183,16 @@ def _run_counted(cmd: list[str], env: dict, timeout: float) -> tuple[int, str, f
         timer.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:   # interrupted: the command does not outlive its caller
+            proc.kill()
+            proc.wait()
+            raise
         finally:
             timer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)   # reaped here, not by Popen
         out.seek(0)
         output = out.read().decode("utf-8", "replace")
-    if timed_out.is_set():
+    if timed_out.is_set() and proc.returncode == -signal.SIGKILL:
         raise subprocess.TimeoutExpired(cmd, timeout, output=output)
     return proc.returncode, output, usage.ru_utime + usage.ru_stime
 

@@ -98,12 +98,20 @@ def _render(work: Path) -> SiteRender:
     t1 = time.monotonic()
     failures = docsite.render_articles(pkg, dest, names)
     t2 = time.monotonic()
-    # What each knit cost, its cluster jobs included: the suite's costliest fixture, by article.
-    cpu = {what.removeprefix("knitting the article "): round(seconds, 1)
-           for what, seconds in sorted(docsite.CPU_SECONDS.items(), key=lambda kv: -kv[1])}
+    _report_cpu(fresh=True)
+    return SiteRender(pkg, dest, failures, {"init": t1 - t0, "articles": t2 - t1})
+
+
+def _report_cpu(fresh: bool) -> None:
+    """CPU_REPORT: the CPU seconds of each Rscript this process ran for the site (each knit with
+    its cluster jobs: the suite's costliest fixture, by article), costliest first; added to the
+    file's entries unless ``fresh`` (the site may be finished in another pytest worker)."""
+    cpu = {} if fresh or not CPU_REPORT.exists() else json.loads(CPU_REPORT.read_text())
+    cpu.update({what.removeprefix("knitting the article "): round(seconds, 1)
+                for what, seconds in docsite.CPU_SECONDS.items()})
     CPU_REPORT.parent.mkdir(exist_ok=True)
-    CPU_REPORT.write_text(json.dumps(cpu, indent=1) + "\n")
-    return SiteRender(pkg, dest, failures, {"init": t1 - t0, "articles": t2 - t1, "cpu": cpu})
+    CPU_REPORT.write_text(json.dumps(dict(sorted(cpu.items(), key=lambda kv: -kv[1])), indent=1)
+                          + "\n")
 
 
 @pytest.fixture(scope="session")
@@ -130,6 +138,7 @@ def built_site(site_render, tmp_path_factory) -> SiteRender:
         t0 = time.monotonic()
         docsite.finish(site_render.pkg, site_render.dest)
         site_render.seconds["finish"] = time.monotonic() - t0
+        _report_cpu(fresh=False)
         # Kept beside the screenshots, to open after the run (pytest's temporary directories
         # are recycled after three runs), or to give to TFDISTRIBUTED_REUSE_SITE_RENDER.
         shutil.rmtree(KEPT, ignore_errors=True)

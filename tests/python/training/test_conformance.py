@@ -106,8 +106,9 @@ def matrix(tmp_path_factory):
 
 
 def _write_costs(results) -> None:
-    """CPU seconds of every cell (one process's: a worker's for the cluster columns), by column
-    and feature, costliest first: the suite's costliest fixture, to read before adding a row."""
+    """CPU seconds of every cell (one process's: each worker's for the 2-worker columns, the
+    coordinator's for parameter_server), by column and feature, costliest first: the suite's
+    costliest fixture, to read before adding a row."""
     costs = {column: dict(sorted(((f, round(r.get("cpu_seconds", 0.0), 1))
                                   for f, r in cells.items()), key=lambda kv: -kv[1]))
              for column, cells in results.items()}
