@@ -8,32 +8,13 @@ from tfdistributed import TrainingError
 from models import digits_model as build_digits_model
 
 
-@pytest.fixture(scope="module")
-def trained_mirrored(digits):
-    """A digits model fitted 12 epochs on 2 replicas, for the tests that need a trained
-    mirrored model: its fitting is most of this file's CPU, done once."""
+@pytest.mark.slow  # 12 epochs: most of this file's CPU
+def test_mirrored_on_two_logical_cpus_reaches_090(digits):
     (x, y), (xt, yt) = digits
     strategy = tfd.make_strategy("mirrored", num_cpu_devices=2)
     model = build_digits_model(strategy)
     history = tfd.fit(model, x, y, epochs=12, batch_size=64, seed=0, verbose=0,
                       validation_data=(xt, yt))
-    return strategy, model, history
-
-
-@pytest.fixture(scope="module")
-def fitted_mirrored(digits):
-    """A digits model fitted one epoch on 2 replicas: a model trained under mirrored, for the
-    tests that save and load it (make check's; the 12 epochs above are make test's)."""
-    (x, y), _ = digits
-    model = build_digits_model(tfd.make_strategy("mirrored", num_cpu_devices=2))
-    tfd.fit(model, x, y, epochs=1, batch_size=64, seed=0, verbose=0)
-    return model
-
-
-@pytest.mark.slow
-def test_mirrored_on_two_logical_cpus_reaches_090(digits, trained_mirrored):
-    _, (xt, yt) = digits
-    strategy, model, history = trained_mirrored
     assert strategy.num_replicas_in_sync == 2
     assert len(history.history["loss"]) == 12
     assert history.history["loss"][-1] < history.history["loss"][0]
@@ -189,12 +170,14 @@ def test_predict_under_a_strategy(digits):
     np.testing.assert_allclose(out, model(xt[:100]).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_model_saved_under_mirrored_loads_with_and_without_a_strategy(digits, tmp_path,
-                                                                       fitted_mirrored):
+def test_model_saved_under_mirrored_loads_with_and_without_a_strategy(digits, tmp_path):
     import tensorflow as tf
 
     (x, y), (xt, yt) = digits
-    model = fitted_mirrored  # saved, loaded and exported: never trained further here
+    # A model trained under mirrored (one epoch), saved, loaded and exported: never trained
+    # further here.
+    model = build_digits_model(tfd.make_strategy("mirrored", num_cpu_devices=2))
+    tfd.fit(model, x, y, epochs=1, batch_size=64, seed=0, verbose=0)
     expected = tfd.evaluate(model, xt, yt, batch_size=64, verbose=0)
     path = tfd.checkpoints.save_model(model, tmp_path / "digits.keras")
 
