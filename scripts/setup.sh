@@ -135,12 +135,20 @@ CONSTRAINTS="$ROOT/constraints/dev.txt"
 req_hash="$(cat pyproject.toml "$CONSTRAINTS" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
    || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest, ray.train, pdoc, selenium" >/dev/null 2>&1; then
-  log "installing the backend (editable) with its test, ray and docs extras into $VENV"
+  log "installing the backend (editable) with TensorFlow's CPU build and the test, ray and docs extras into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
+  # TensorFlow's CPU build, tensorflow-cpu (the same TensorFlow and kernels, without CUDA's): this
+  # machine has no GPU, and each process that imports the CUDA build spends ~2 s more CPU in
+  # loading and probing for it (~7 s against ~5 here), paid by the hundreds of processes a make
+  # test starts. A .venv made with the CUDA build (`tensorflow`) has it removed first: the two
+  # share the `tensorflow` package folder.
+  if "$VENV/bin/python" -m pip show -q tensorflow >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip uninstall -y -q tensorflow
+  fi
   # rpy2 builds against R; point it at the Debian R found above. The ray extra is for the Ray
   # backend's tests (tests/python/test_ray.py), which run against a real local Ray.
   # The docs extra builds the site's Python API reference and drives its browser test.
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[tensorflow,test,ray,docs]"
+  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[test,ray,docs]" tensorflow-cpu
   # scikit-learn is no longer needed (the demo digits ship in the package), but a .venv made
   # before may hold it, and Keras imports it in every process when it is there (~0.9 s of CPU).
   "$VENV/bin/python" -m pip uninstall -y -q scikit-learn >/dev/null 2>&1 || true
@@ -157,7 +165,10 @@ fi
 if [ "${BENCH:-0}" = "1" ] && { [ "$(cat "$STAMP_DIR/bench.hash" 2>/dev/null)" != "$req_hash" ] \
    || ! "$VENV/bin/python" -c "import tf_keras, matplotlib" >/dev/null 2>&1; }; then
   log "installing the bench extra (tf_keras, matplotlib) into $VENV"
-  R_HOME="$(R RHOME)" "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" -e ".[tensorflow,test,ray,docs,bench]"
+  # tf_keras declares `tensorflow` (the CUDA build) as its dependency; pip would install it over
+  # tensorflow-cpu, which provides the same module: tf_keras alone, without its dependencies.
+  "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" matplotlib
+  "$VENV/bin/python" -m pip install -q -c "$CONSTRAINTS" --no-deps "tf_keras==$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)')"
   echo "$req_hash" > "$STAMP_DIR/bench.hash"
 fi
 
