@@ -134,7 +134,7 @@ fi
 CONSTRAINTS="$ROOT/constraints/dev.txt"
 req_hash="$(cat pyproject.toml "$CONSTRAINTS" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
-   || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest, ray.train, pdoc, selenium" >/dev/null 2>&1; then
+   || ! "$VENV/bin/python" -c "import tfdistributed, rpy2, pytest, ray, pdoc, selenium" >/dev/null 2>&1; then
   log "installing the backend (editable) with TensorFlow's CPU build and the test, ray and docs extras into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # TensorFlow's CPU build, tensorflow-cpu (the same TensorFlow and kernels, without CUDA's): this
@@ -152,6 +152,10 @@ if [ "$(cat "$STAMP_DIR/venv.hash" 2>/dev/null)" != "$req_hash" ] \
   # scikit-learn is no longer needed (the demo digits ship in the package), but a .venv made
   # before may hold it, and Keras imports it in every process when it is there (~0.9 s of CPU).
   "$VENV/bin/python" -m pip uninstall -y -q scikit-learn >/dev/null 2>&1 || true
+  # Nor pandas, which ray[train] (the ray extra before) brought: Keras imports it in every
+  # process where it is installed (~0.8 s of CPU each). Keras's own tests that use it find it
+  # with jax and torch (constraints/peer-tests.txt).
+  "$VENV/bin/python" -m pip uninstall -y -q pandas >/dev/null 2>&1 || true
   echo "$req_hash" > "$STAMP_DIR/venv.hash"
 fi
 # The backend's and the tests' helpers' bytecode, kept up to date: pip does not compile an

@@ -47,7 +47,7 @@ from ..restarts import failure_of
 from ..attribution import End, exit_time, first_cause, kind_of_end
 
 _RAY_MISSING = ("launch(..., engine=Ray()) needs Ray: pip install 'tfdistributed[ray]' (or "
-                "\"ray[train]==2.60.0\").")
+                "\"ray==2.60.0\").")
 
 
 def _die_with_parent() -> None:
