@@ -13,7 +13,8 @@ nothing into the source tree. Its parts, in the order `build()` runs them:
    markdown that holds the computed output, its plots written as PNG files beside it
    (``<name>_files/figure-html/``), and that knitted document takes the source's place in the
    staged package (the *precomputed vignette* pattern). pkgdown then makes its page from it
-   in the same R process, which runs no code (seconds). The knit is the expensive part (the
+   in the same R process, which runs no code (seconds); the articles that run no code are
+   knitted and made pages one after the other in one R process. The knit is the expensive part (the
    tutorials start real multi-process TensorFlow clusters, SLURM and Ray jobs); ``make test``
    knits them once, through the same function, and the vignette test, the browser test and the
    R source package test all read that one knit (tests/python/support/sitefixtures.py). The
@@ -273,12 +274,48 @@ def knit_articles(pkg: Path, dest: Path, names: list[str], jobs: int = 2) -> dic
     return _each(names, lambda name: knit_article(pkg, dest, name), jobs)
 
 
+#: A knitr chunk (```{r}, ```{python}...) or inline R code: what makes an article run code.
+_CODE = re.compile(r"^\s*```+\s*\{|`r ", re.M)
+
+
+def runs_code(pkg: Path, name: str) -> bool:
+    """Whether knitting the article ``name`` of the staged package runs any code."""
+    return bool(_CODE.search((pkg / "vignettes" / f"{name}.Rmd").read_text()))
+
+
+def knit_articles_without_code(pkg: Path, dest: Path, names: list[str]) -> str:
+    """:func:`knit_article` with ``render`` for each of ``names``, articles that run no code,
+    one after the other in one R process: each in its own would pay R's, rmarkdown's and
+    pkgdown's start-up for pages of text (~8 s of CPU each here, 2026-11-28)."""
+    code = "\n".join(KNIT % {"pkg": _pkg_expr(pkg, dest), "name": name} + "\n"
+                     + _build_article(pkg, dest, name) for name in names)
+    # From a file: R ignores an `-e` expression of 10,000 characters or more, with a warning
+    # on stderr and exit status 0.
+    script = dest.parent / "knit-articles-without-code.R"
+    script.write_text(code)
+    return rscript(f'source("{script}")', f"knitting the article {', '.join(names)} "
+                   "(one R process: no code)", keras3=True, env={"R_CLI_NUM_COLORS": "256"})
+
+
 def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
                     jobs: int = 2) -> dict[str, str]:
-    """Knit every article (or ``names``) and make its page, ``jobs`` articles at a time; the
-    failures by name (their output), empty when every article rendered."""
+    """Knit every article (or ``names``) and make its page, ``jobs`` articles at a time (those
+    that run no code together, in one R process); the failures by name (their output), empty
+    when every article rendered."""
     names = article_names(pkg) if names is None else names
-    return _each(names, lambda name: knit_article(pkg, dest, name, render=True), jobs)
+    quiet = [name for name in names if not runs_code(pkg, name)]
+    batch = " + ".join(quiet)
+
+    def step(item):
+        if quiet and item == batch:
+            return knit_articles_without_code(pkg, dest, quiet)
+        return knit_article(pkg, dest, item, render=True)
+
+    failures = _each([n for n in names if n not in quiet] + ([batch] if quiet else []), step,
+                     jobs)
+    if batch in failures:   # one R process: its output is each of its articles' failure
+        failures.update(dict.fromkeys(quiet, failures.pop(batch)))
+    return failures
 
 
 REFERENCE = "pkgdown::build_reference(pkg, examples = TRUE, devel = FALSE, preview = FALSE)\n"
