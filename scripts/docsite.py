@@ -291,10 +291,11 @@ def knit_articles_without_code(pkg: Path, dest: Path, names: list[str]) -> str:
                      + _build_article(pkg, dest, name) for name in names)
     # From a file: R ignores an `-e` expression of 10,000 characters or more, with a warning
     # on stderr and exit status 0.
-    script = dest.parent / "knit-articles-without-code.R"
-    script.write_text(code)
-    return rscript(f'source("{script}")', f"knitting the article {', '.join(names)} "
-                   "(one R process: no code)", keras3=True, env={"R_CLI_NUM_COLORS": "256"})
+    with tempfile.TemporaryDirectory(prefix="tfdistributed-site-") as where:
+        script = Path(where) / "knit-articles-without-code.R"
+        script.write_text(code)
+        return rscript(f'source("{script}")', f"knitting the article {', '.join(names)} "
+                       "(one R process: no code)", keras3=True, env={"R_CLI_NUM_COLORS": "256"})
 
 
 def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
