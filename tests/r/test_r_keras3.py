@@ -2,8 +2,8 @@
 (``keras_model_sequential() %>% layer_dense()``, ``compile()``, ``fit()``...), with only
 ``library(tfdistributed)`` added, train as Python's one-device run of the same model, weight for
 weight, without a strategy and with two replicas, wherever the program makes its model and calls
-compile; on a launched 2-worker job and as the coordinator of a parameter-server job too. Loading both packages
-masks nothing: with keras3 installed, tfdistributed's ``keras`` is keras3's.
+compile; on a launched 2-worker job and as the coordinator of a parameter-server job too. Loading
+both packages masks nothing: with keras3 installed, tfdistributed's ``keras`` is keras3's.
 
 keras3 lives in its own library (.rlib-keras3, made by scripts/setup.sh), put before .rlib here
 only: the rest of the suite tests tfdistributed's own ``keras`` as users without keras3 have it.
@@ -34,11 +34,12 @@ def _rscript(code: str) -> subprocess.CompletedProcess:
 
 
 # What R adds to Python's placement programs (test_placement.py, every placement under every
-# kind) is the route of its calls: keras3's generics, R values, `with(strategy$scope(), ...)`,
-# the same for every strategy kind. So the R programs run on this machine without a strategy
-# (the reference) and with two replicas (mirrored), then on the two cluster kinds; one_device
-# and central_storage add no R path (measured 2026-11-28: they were half of the one-machine
-# Rscript's ~140 s of CPU).
+# kind) is the route of its calls: keras3's generics, R values, `with(strategy$scope(), ...)`.
+# The R package has no branch by strategy kind on that route (what differs by kind is the
+# backend's, which test_placement.py runs). So the R programs run on this machine without a
+# strategy (the reference) and with two replicas (mirrored), then on the two cluster kinds;
+# one_device and central_storage add no R path (measured 2026-11-28: they were half of the
+# one-machine Rscript's ~140 s of CPU).
 KINDS = ("default", "mirrored")
 CLUSTERS = ("multi_worker_mirrored", "parameter_server")
 SECTION = "## keras3: R programs as R users write them"
