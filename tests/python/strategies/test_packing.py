@@ -112,6 +112,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow  # a fresh TensorFlow process: make test
 def test_packs_get_a_second_inter_op_thread_to_overlap_the_backward_pass():
     # Measured (bench group 12): with one inter-op thread TensorFlow computes every gradient
     # before it sends the first pack. A fresh process: threads are fixed when TensorFlow starts.

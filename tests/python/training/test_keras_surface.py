@@ -357,6 +357,7 @@ def test_keras_shape_probe_makes_no_iterator_and_changes_no_number(digits, how, 
     assert made == [m for m in keras_own[4] if m != "probe"]
 
 
+@pytest.mark.slow  # ~12 s of training: make test
 def test_a_seeded_shuffled_fit_under_a_strategy_sees_the_batches_of_one_device(digits,
                                                                                monkeypatch):
     """A reshuffling input draws a new order each time an iterator is made from it. Keras'
