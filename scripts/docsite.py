@@ -242,10 +242,18 @@ def knit_article(pkg: Path, dest: Path, name: str, render: bool = False) -> str:
     belongs to (:func:`init` made it); with ``render``, the same R process then makes the page
     (:func:`render_article`). Colours as pkgdown's own render has them: pkgdown's page draws
     the ANSI colours of an error; scripts/dist_r.py takes them out for the R package."""
-    code = KNIT % {"pkg": _pkg_expr(pkg, dest), "name": name}
-    return rscript(code + "\n" + (_build_article(pkg, dest, name) if render else ""),
-                   f"knitting the article {name}", keras3=True,
-                   env={"R_CLI_NUM_COLORS": "256"})
+    return rscript(_knit_code(pkg, dest, name, render), f"knitting the article {name}",
+                   keras3=True, env=KNIT_ENV)
+
+
+#: The knits' colours: as pkgdown's own render has them (see :func:`knit_article`).
+KNIT_ENV = {"R_CLI_NUM_COLORS": "256"}
+
+
+def _knit_code(pkg: Path, dest: Path, name: str, render: bool) -> str:
+    """The R code of :func:`knit_article`: the knit, then with ``render`` the page."""
+    return (KNIT % {"pkg": _pkg_expr(pkg, dest), "name": name} + "\n"
+            + (_build_article(pkg, dest, name) if render else ""))
 
 
 def render_article(pkg: Path, dest: Path, name: str) -> str:
@@ -287,15 +295,14 @@ def knit_articles_without_code(pkg: Path, dest: Path, names: list[str]) -> str:
     """:func:`knit_article` with ``render`` for each of ``names``, articles that run no code,
     one after the other in one R process: each in its own would pay R's, rmarkdown's and
     pkgdown's start-up for pages of text (~8 s of CPU each here, 2026-11-28)."""
-    code = "\n".join(KNIT % {"pkg": _pkg_expr(pkg, dest), "name": name} + "\n"
-                     + _build_article(pkg, dest, name) for name in names)
+    code = "\n".join(_knit_code(pkg, dest, name, render=True) for name in names)
     # From a file: R ignores an `-e` expression of 10,000 characters or more, with a warning
     # on stderr and exit status 0.
     with tempfile.TemporaryDirectory(prefix="tfdistributed-site-") as where:
         script = Path(where) / "knit-articles-without-code.R"
         script.write_text(code)
         return rscript(f'source("{script}")', f"knitting the article {', '.join(names)} "
-                       "(one R process: no code)", keras3=True, env={"R_CLI_NUM_COLORS": "256"})
+                       "(one R process: no code)", keras3=True, env=KNIT_ENV)
 
 
 def render_articles(pkg: Path, dest: Path, names: list[str] | None = None,
