@@ -424,6 +424,56 @@ def run_cells(strategy_name, workdir, names=None, gradient_compression=None):
     return {name: run_cell(name, strategy, workdir) for name in names}
 
 
+#: The two in-process columns that run a part of the rows, as the compressed columns do: each
+#: runs the features whose path under its strategy differs from that of a column that runs every
+#: row, and says why; the others are "not run" in the table (the rest of the matrix runs them).
+#: ``one_device`` is a real strategy with one replica: against the default strategy (the
+#: reference column) what changes is the strategy object itself, its distributed input, its
+#: step function, the options it honours and the files written under it; every layer,
+#: optimizer, precision and metric computes on its one replica as on one device.
+ONE_DEVICE_FEATURES = {
+    "baseline": "the train step through the strategy's own run(), on its one replica",
+    "plain_model_fit": "Keras' own `fit()` under a strategy's scope",
+    "dict_inputs": "a distributed dataset of a dict of inputs",
+    "validation_data_weighted": "a second distributed dataset, with sample weights",
+    "callbacks": "the callbacks' files written under a strategy",
+    "steps_per_execution": "several steps in one call of the strategy's function",
+    "steps_per_execution_auto": "Keras' option refused under every strategy",
+    "gradient_accumulation": "the optimizer's accumulators made as the strategy's variables",
+    "jit_compile": "XLA, which one_device honours and the multi-replica strategies refuse",
+    "run_eagerly": "the eager step calling the strategy's run() itself",
+}
+#: ``central_storage`` splits every batch over the same 2 replicas as ``mirrored`` (its input
+#: and its per-replica functions are mirrored's); what differs is that each variable is one copy
+#: on the CPU, updated from the replicas' aggregated gradients: the features with variables or
+#: updates of their own.
+CENTRAL_STORAGE_FEATURES = {
+    "baseline": "the aggregated update of one central copy of each weight",
+    "plain_model_fit": "Keras' own `fit()` and train step",
+    "schedule_and_clipping": "clipping of the aggregated gradients",
+    "ema_clipnorm": "the moving-average copies of the weights, updated and overwritten",
+    "loss_scale_clipvalue": "the loss scale's own variables, updated in the step",
+    "gradient_accumulation": "the accumulators, updated every step, applied every 4th",
+    "embedding": "sparse updates (IndexedSlices) of one central table",
+    "batchnorm": "moving statistics assigned from each replica",
+    "sync_batchnorm": "moving statistics from the replicas' all-reduced sums",
+    "mixed_bfloat16": "float32 central weights read as bfloat16 by each replica",
+    "metrics": "the metrics' variables, summed over the replicas",
+    "steps_per_execution": "several aggregated updates in one call",
+    "steps_per_execution_auto": "Keras' option refused under every strategy",
+    "jit_compile": "XLA, refused under a strategy of several replicas",
+    "run_eagerly": "the eager step's updates of the central weights",
+}
+#: column -> (the features it runs, the column that runs the rest as its path would)
+PARTIAL_COLUMNS = {"one_device": (ONE_DEVICE_FEATURES, "default"),
+                   "central_storage": (CENTRAL_STORAGE_FEATURES, "mirrored")}
+
+
+def column_features(column):
+    """The features an in-process column runs: all (None) or those of PARTIAL_COLUMNS."""
+    return list(PARTIAL_COLUMNS[column][0]) if column in PARTIAL_COLUMNS else None
+
+
 #: The multi-worker columns, made in one job (one cluster's start-up, not one per column): 32
 #: bits, fp16, then PowerSGD with a warm-up of half a cell's 20 steps (both of its phases, and
 #: the switch between them, in every cell).

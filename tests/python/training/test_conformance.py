@@ -98,7 +98,9 @@ def matrix(tmp_path_factory):
     # left a core of the two idle about half the time (waiting on processes and collectives).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         clusters = pool.submit(_cluster_cells, root)
-        results = {name: conformance.run_cells(name, str(root / name)) for name in IN_PROCESS}
+        results = {name: conformance.run_cells(name, str(root / name),
+                                               conformance.column_features(name))
+                   for name in IN_PROCESS}
         results.update(clusters.result())
     _write_costs(results)
     results["_roots"] = {"multi_worker_mirrored": str(root / "mwms" / "none")}
@@ -181,8 +183,14 @@ def _check_cell(strategy, feature, cell, reference):
 
 def _runs(strategy, feature) -> bool:
     """Whether the cell is run: a compressed column runs only the features whose gradients or
-    all-reduce take another path than the baseline's (conformance.COMPRESSED_FEATURES)."""
-    return strategy not in (COMPRESSED, LOW_RANK) or feature in conformance.COMPRESSED_FEATURES
+    all-reduce take another path than the baseline's (conformance.COMPRESSED_FEATURES), the
+    one_device and central_storage columns those whose path differs from the default's and
+    mirrored's (conformance.PARTIAL_COLUMNS)."""
+    if strategy in (COMPRESSED, LOW_RANK):
+        return feature in conformance.COMPRESSED_FEATURES
+    if strategy in conformance.PARTIAL_COLUMNS:
+        return feature in conformance.PARTIAL_COLUMNS[strategy][0]
+    return True
 
 
 @pytest.mark.parametrize("strategy,feature", [(s, f) for s in STRATEGIES for f in FEATURES
@@ -227,6 +235,8 @@ def test_accumulated_steps_update_as_one_large_batch(matrix, one_large_batch, st
 
 
 def _cell_text(strategy, feature, cell):
+    if not _runs(strategy, feature) and strategy in conformance.PARTIAL_COLUMNS:
+        return f"not run: as `{conformance.PARTIAL_COLUMNS[strategy][1]}`"
     if not _runs(strategy, feature):
         return "same path as 32 bits"
     if (strategy, feature) in EXPECTED_ERRORS:
@@ -243,6 +253,22 @@ def _cell_text(strategy, feature, cell):
         rtol = FEATURE_RTOL.get(feature)
         return "same as default" + (f" (rtol {rtol:g})" if rtol else "")
     return "trains; global metrics"
+
+
+def _partial_legend() -> list[str]:
+    lines = []
+    for column, (runs, like) in conformance.PARTIAL_COLUMNS.items():
+        why = {"one_device": "one replica under a real strategy: the features run are those "
+                             "the strategy object itself reaches (its distributed input, its "
+                             "step, the options it honours, the files written under it); a "
+                             "layer, optimizer, precision or metric computes on that replica "
+                             "as on one device",
+               "central_storage": "the same two replicas and input split as `mirrored`, each "
+                                  "weight one copy on the CPU: the features run are those with "
+                                  "variables or updates of their own"}[column]
+        lines += [f"- **not run: as `{like}`**, in the `{column}` column: {why}:",
+                  "  " + ", ".join(f"`{f}`" for f in runs) + "."]
+    return lines
 
 
 def render_table(matrix) -> str:
@@ -283,6 +309,7 @@ def render_table(matrix) -> str:
         *(f"  `{feature}` ({why})," if i < len(conformance.COMPRESSED_FEATURES) - 1 else
           f"  `{feature}` ({why})."
           for i, (feature, why) in enumerate(conformance.COMPRESSED_FEATURES.items())),
+        *_partial_legend(),
         "- The last rows are Keras' own training options on the baseline's model:",
         f"  `gradient_accumulation` (`SGD(gradient_accumulation_steps="
         f"{conformance.ACCUMULATION_STEPS})`, batches of {conformance.ACCUMULATED_BATCH}; in every",
