@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -266,8 +267,10 @@ def _partial_legend() -> list[str]:
                "central_storage": "the same two replicas and input split as `mirrored`, each "
                                   "weight one copy on the CPU: the features run are those with "
                                   "variables or updates of their own"}[column]
-        lines += [f"- **not run: as `{like}`**, in the `{column}` column: {why}:",
-                  "  " + ", ".join(f"`{f}`" for f in runs) + "."]
+        text = (f"**not run: as `{like}`**, in the `{column}` column: {why}: "
+                + ", ".join(f"`{f}`" for f in runs) + ".")
+        lines += textwrap.wrap(text, 95, initial_indent="- ", subsequent_indent="  ",
+                               break_on_hyphens=False)
     return lines
 
 

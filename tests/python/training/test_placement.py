@@ -164,7 +164,10 @@ def render_section(columns, one_device) -> str:
         "weights,",
         "history, evaluation and predictions, bit for bit unless a tolerance is given. The keras3 "
         "R programs",
-        "of the same placements are in the next section.", "",
+        "of the same placements are in the next section. The one-device reference is the "
+        "program with everything",
+        "inside under TensorFlow's default strategy, whose scope every program is in already "
+        "(no column of its own).", "",
         "| placement | model object | layers | optimizer | compile | fit, evaluate, save | "
         + " | ".join(IN_PROCESS + CLUSTERS) + " |",
         "|---|---|---|---|---|---|" + "---|" * len(IN_PROCESS + CLUSTERS)]
