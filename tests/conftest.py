@@ -32,15 +32,15 @@ pytest_plugins = ["sitefixtures", "cpuaccount"]
 
 
 # The test files that cost the most in `make test` (3 pytest-xdist workers on 2 cores, measured
-# 2026-11-28), the costliest first. `make test` runs --dist loadscope --no-loadscope-reorder:
+# 2026-11-29), the costliest first. `make test` runs --dist loadscope --no-loadscope-reorder:
 # xdist hands out whole files in the order collected, so these start at once and the short files
 # fill the end (longest first: the run does not end on one long file while a core idles), and
 # the site's browser tier (tests/docs) and the R source package, which wait for the render
 # test_vignettes starts, come last, when the render is done.
 COSTLIEST_FIRST = [
-    "tests/r/test_vignettes.py",                       # renders every article (~650 s)
-    "tests/python/training/test_conformance.py",       # ~700 s
-    "tests/peers/test_keras_peers.py",                 # Keras's own tests (~280 s)
+    "tests/r/test_vignettes.py",                       # renders every article (~720 s)
+    "tests/python/training/test_conformance.py",       # ~790 s
+    "tests/peers/test_keras_peers.py",                 # Keras's own tests (~420 s)
     "tests/python/training/test_placement.py",
     "tests/r/test_r_keras3.py",
     "tests/python/training/test_multiworker.py",
