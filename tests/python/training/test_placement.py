@@ -18,8 +18,9 @@ import placement
 import tfdistributed as tfd
 
 KINDS = ["one_device", "mirrored", "central_storage"]
-# Not the default strategy: its scope is the one every program is in already, so each
-# placement there is the `one_device` fixture's program again (the reference column).
+# Not the default strategy: its scope is the one every program is in already, so no placement
+# there is inside or outside anything; each runs as the `one_device` fixture's program (the
+# reference every column is compared with).
 IN_PROCESS = KINDS
 CLUSTERS = ["multi_worker_mirrored", "parameter_server"]
 SECTION = "## Where the program makes its model and calls compile"
