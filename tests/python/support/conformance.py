@@ -426,11 +426,8 @@ def run_cells(strategy_name, workdir, names=None, gradient_compression=None):
 
 #: The two in-process columns that run a part of the rows, as the compressed columns do: each
 #: runs the features whose path under its strategy differs from that of a column that runs every
-#: row, and says why; the others are "not run" in the table (the rest of the matrix runs them).
-#: ``one_device`` is a real strategy with one replica: against the default strategy (the
-#: reference column) what changes is the strategy object itself, its distributed input, its
-#: step function, the options it honours and the files written under it; every layer,
-#: optimizer, precision and metric computes on its one replica as on one device.
+#: row, and says why (PARTIAL_COLUMNS: for each column, and for each feature it runs); the others
+#: are "not run" in the table (the rest of the matrix runs them).
 ONE_DEVICE_FEATURES = {
     "baseline": "the train step through the strategy's own run(), on its one replica",
     "plain_model_fit": "Keras' own `fit()` under a strategy's scope",
@@ -443,10 +440,6 @@ ONE_DEVICE_FEATURES = {
     "jit_compile": "XLA, which one_device honours and the multi-replica strategies refuse",
     "run_eagerly": "the eager step calling the strategy's run() itself",
 }
-#: ``central_storage`` splits every batch over the same 2 replicas as ``mirrored`` (its input
-#: and its per-replica functions are mirrored's); what differs is that each variable is one copy
-#: on the CPU, updated from the replicas' aggregated gradients: the features with variables or
-#: updates of their own.
 CENTRAL_STORAGE_FEATURES = {
     "baseline": "the aggregated update of one central copy of each weight",
     "plain_model_fit": "Keras' own `fit()` and train step",
@@ -464,9 +457,19 @@ CENTRAL_STORAGE_FEATURES = {
     "jit_compile": "XLA, refused under a strategy of several replicas",
     "run_eagerly": "the eager step's updates of the central weights",
 }
-#: column -> (the features it runs, the column that runs the rest as its path would)
-PARTIAL_COLUMNS = {"one_device": (ONE_DEVICE_FEATURES, "default"),
-                   "central_storage": (CENTRAL_STORAGE_FEATURES, "mirrored")}
+#: column -> (the features it runs, the column that runs the rest as its path would, why: the
+#: table's legend)
+PARTIAL_COLUMNS = {
+    "one_device": (ONE_DEVICE_FEATURES, "default",
+                   "one replica under a real strategy: the features run are those the strategy "
+                   "object itself reaches (its distributed input, its step, the options it "
+                   "honours, the files written under it); a layer, optimizer, precision or "
+                   "metric computes on that replica as on one device"),
+    "central_storage": (CENTRAL_STORAGE_FEATURES, "mirrored",
+                        "the same two replicas and input split as `mirrored`, each weight one "
+                        "copy on the CPU: the features run are those with variables or updates "
+                        "of their own"),
+}
 
 
 def column_features(column):

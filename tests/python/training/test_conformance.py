@@ -236,10 +236,9 @@ def test_accumulated_steps_update_as_one_large_batch(matrix, one_large_batch, st
 
 
 def _cell_text(strategy, feature, cell):
-    if not _runs(strategy, feature) and strategy in conformance.PARTIAL_COLUMNS:
-        return f"not run: as `{conformance.PARTIAL_COLUMNS[strategy][1]}`"
     if not _runs(strategy, feature):
-        return "same path as 32 bits"
+        partial = conformance.PARTIAL_COLUMNS.get(strategy)
+        return f"not run: as `{partial[1]}`" if partial else "same path as 32 bits"
     if (strategy, feature) in EXPECTED_ERRORS:
         return f"our error: {EXPECTED_ERRORS[(strategy, feature)]}"
     if cell["status"] != "ok":
@@ -258,15 +257,7 @@ def _cell_text(strategy, feature, cell):
 
 def _partial_legend() -> list[str]:
     lines = []
-    for column, (runs, like) in conformance.PARTIAL_COLUMNS.items():
-        why = {"one_device": "one replica under a real strategy: the features run are those "
-                             "the strategy object itself reaches (its distributed input, its "
-                             "step, the options it honours, the files written under it); a "
-                             "layer, optimizer, precision or metric computes on that replica "
-                             "as on one device",
-               "central_storage": "the same two replicas and input split as `mirrored`, each "
-                                  "weight one copy on the CPU: the features run are those with "
-                                  "variables or updates of their own"}[column]
+    for column, (runs, like, why) in conformance.PARTIAL_COLUMNS.items():
         text = (f"**not run: as `{like}`**, in the `{column}` column: {why}: "
                 + ", ".join(f"`{f}`" for f in runs) + ".")
         lines += textwrap.wrap(text, 95, initial_indent="- ", subsequent_indent="  ",
