@@ -23,7 +23,7 @@ from . import (assign_without_read, atomic_assign_add, central_storage_metric_as
                central_storage_updates, clip_after_all_reduce, compile_under_model_strategy,
                collective_steps_per_execution, ema_overwrite, gradient_accumulation,
                logs_with_gradients, loss_scale_consensus, loss_scale_counter,
-               model_strategy_from_weights, optimizer_follows_its_model,
+               model_strategy_from_weights, one_iterator_per_pass, optimizer_follows_its_model,
                reduce_per_replica, sharded_variable_updates, symbolic_build, uneven_batches)
 from .common import Repair, check_order
 
@@ -46,6 +46,7 @@ ALL: tuple[Repair, ...] = (
     ema_overwrite.REPAIR,
     loss_scale_consensus.REPAIR,
     loss_scale_counter.REPAIR,
+    one_iterator_per_pass.REPAIR,
 )
 
 check_order(ALL)
