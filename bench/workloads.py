@@ -13,6 +13,11 @@ Kinds:
   mirrored    the CNN under make_strategy("mirrored", num_cpu_devices=N) in one process
   ps          digits MLP, parameter-server chief: tfd.fit, or tf_keras fit + DatasetCreator
               with --legacy
+  passes      digits MLP under make_strategy("mirrored") of 2 logical CPUs: Keras' own fit with
+              validation every epoch, then evaluate, timed whole (wall and this process's CPU):
+              every pass over the data makes its input iterators (the repair
+              one_iterator_per_pass, or Keras' own code under
+              TFDISTRIBUTED_DISABLE_COMPAT=one_iterator_per_pass)
 
 Throughput is measured from the end of epoch 1 to the end of the last epoch: epoch 1 holds
 tracing, strategy start-up and the first collective handshakes, which are start-up, not speed.
@@ -341,6 +346,25 @@ def run_ps(ns):
     emit(steps_per_second=steps / seconds, steps=steps, seconds=seconds)
 
 
+def run_passes(ns):
+    import keras
+    import numpy as np
+
+    import tfdistributed as tfd
+
+    strategy = tfd.make_strategy("mirrored", num_cpu_devices=2)
+    (x, y), (xt, yt) = tfd.digits_arrays()
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = compile_model(digits_mlp(keras), keras)
+    start, cpu = time.perf_counter(), time.process_time()
+    model.fit(x, y, epochs=ns.epochs, batch_size=ns.batch, validation_data=(xt, yt), verbose=0)
+    loss = model.evaluate(xt, yt, batch_size=ns.batch, verbose=0, return_dict=True)["loss"]
+    emit(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu,
+         passes=2 * ns.epochs + 1, loss=float(loss),
+         weights_sum=float(sum(np.sum(w, dtype="float64") for w in model.get_weights())))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -373,6 +397,10 @@ def main(argv=None):
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--batch", type=int, default=64)
     p.set_defaults(run=run_ps)
+    p = sub.add_parser("passes")
+    p.add_argument("--epochs", type=int, required=True)
+    p.add_argument("--batch", type=int, default=64, help="global")
+    p.set_defaults(run=run_passes)
     ns = parser.parse_args(argv)
     ns.run(ns)
 
