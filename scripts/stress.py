@@ -56,12 +56,6 @@ _NAMED = re.compile(r"assert (\[[^\]]*'(?:worker|chief|ps) \d[^\]]*\]|'(?:worker
 _KILL_STEPS = re.compile(r"kill steps drawn: (\[[\d, ]*\])")
 
 
-def _dying_with_this_process() -> None:
-    import ctypes
-
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def hog(cores: int, cap_seconds: float) -> list:
     """``cores`` busy-loop processes, each ending by itself after ``cap_seconds`` (and on this
     process' death: PR_SET_PDEATHSIG)."""
@@ -83,7 +77,7 @@ def port_server(log_dir: str):
     if os.path.exists(address):
         os.remove(address)
     try:
-        proc = portserver.start(address, pool=PORTS, preexec_fn=_dying_with_this_process)
+        proc = portserver.start(address, pool=PORTS)
     except RuntimeError as e:
         raise SystemExit(str(e)) from None
     os.environ["PORTSERVER_ADDRESS"] = address
