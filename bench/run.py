@@ -1,6 +1,6 @@
 """tfdistributed benchmarks: ratios against the engines we wrap, measured side by side.
 
-    make bench                                    # full run (~15 min), writes bench/results.*
+    make bench                                    # full run (~20 min), writes bench/results.*
     .venv/bin/python bench/run.py --quick         # smoke test (< 4 min), bench/results-quick.*
     .venv/bin/python bench/run.py --only 6 --out bench/results-generator   # one group only
 

@@ -38,9 +38,9 @@ pytest_plugins = ["sitefixtures", "cpuaccount"]
 # the site's browser tier (tests/docs) and the R source package, which wait for the render
 # test_vignettes starts, come last, when the render is done.
 COSTLIEST_FIRST = [
-    "tests/r/test_vignettes.py",                       # renders every article (~720 s)
-    "tests/python/training/test_conformance.py",       # ~790 s
-    "tests/peers/test_keras_peers.py",                 # Keras's own tests (~420 s)
+    "tests/r/test_vignettes.py",                       # renders every article (~630 s)
+    "tests/python/training/test_conformance.py",       # ~630 s
+    "tests/peers/test_keras_peers.py",                 # Keras's own tests (~370 s)
     "tests/python/training/test_placement.py",
     "tests/r/test_r_keras3.py",
     "tests/python/training/test_multiworker.py",

@@ -141,6 +141,8 @@ PERFORMANCE_ROWS = {
     "`mirrored`, 2 logical CPUs": lambda: [_row_ratio("results.json", "4b.")],
     "Start-up, `launch()`": lambda: [_row_ratio("results.json", "5.")],
     "R generator": lambda: [_row_ratio("results-generator.json", "6a.")],
+    "Keras' passes over the data under `mirrored`": lambda: [_row_ratio("results-passes.json",
+                                                                        "14a.")],
     "Backups every 10 steps": lambda: [_bench("results-healing.json")["ratios"]["save_freq=10 / none"]],
     "Kill to training again": lambda: [_bench("results-healing.json")["ratios"]["recovery / startup"]],
     "A watched launched job": lambda: [_bench("results-watching.json")["ratios"]["watched / unwatched"]],
