@@ -42,7 +42,7 @@ test: lint
 # suite, build, fresh process or long training (pytest markers `cluster` and `slow`): 847 tests,
 # 1 min 54 s in all in its last run (2026-11-29); runs of 846 took 2 min 4 s to 2 min 58 s
 # (around its 150-s budget, over it on a slow run) on this 2-core machine, 2026-11-28. `make test` stays
-# the full suite (1,387 tests, 47 min here on 2026-11-29, over its 30-minute budget; the CPU
+# the full suite (1,387 tests, 44-47 min here on 2026-11-29, over its 30-minute budget; the CPU
 # seconds per test folder at its end: see vignettes/articles/development.Rmd).
 check: lint
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)

@@ -13,10 +13,11 @@ over 40 epochs with validation, 0.56 of the wall time (bench/results-passes.md).
 
 Here the iterator a pass ends with is made only when a pass reads it (``steps_per_epoch`` set:
 the next pass continues the data). Kept exactly as Keras has it: the default strategy (no
-scope: a Keras program that uses none is untouched), a dataset already distributed by the
-caller, and an input pipeline whose every new iterator draws new seeds (``shuffle`` reshuffling
-each iteration, ``Dataset.random``...): there the number of iterators made decides which order
-each epoch gets, and a seeded program must get Keras' orders. Keras' own shuffling of arrays
+scope: a Keras program that uses none is untouched), distributed input whose pipeline cannot be
+read (``distribute_datasets_from_function``), and an input pipeline whose every new iterator
+draws new seeds (``shuffle`` reshuffling each iteration, ``Dataset.random``...): there the
+number of iterators made decides which order each epoch gets, and a seeded program must get
+Keras' orders. Keras' own shuffling of arrays
 (``fit(shuffle = TRUE)``) draws its orders inside the pipeline, not per iterator: same batches
 with or without this repair.
 """
