@@ -22,7 +22,7 @@ import pytest
 
 import tfdistributed  # noqa: F401  (installs the repairs)
 from tfdistributed.training import compat, repairs, routing
-from tfdistributed.training.repairs.common import Repair, check_order, keras_trainer
+from tfdistributed.training.repairs.common import Repair, check_order, keras_trainer, original
 
 
 def _swap(a, b):
@@ -225,7 +225,7 @@ def _passes(strategy, make_input, monkeypatch, *, repaired):
         if not repaired:
             for name in ("_get_iterator", "_enumerate_iterator"):
                 patch.setattr(trainer.TFEpochIterator, name,
-                              getattr(trainer.TFEpochIterator, name).__tfdistributed_original__)
+                              original(getattr(trainer.TFEpochIterator, name)))
         (x, y), (xt, yt) = tfdistributed.digits_arrays()
         keras.utils.set_random_seed(5)
         with strategy.scope():

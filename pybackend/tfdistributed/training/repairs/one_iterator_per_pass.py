@@ -59,7 +59,7 @@ def draws_seeds_per_iterator(dataset) -> bool:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if hasattr(node, "_seed2") or hasattr(node, "_seed_generator"):
+        if hasattr(node, "_seed2"):  # shuffle, random, global shuffle, snapshot's shuffle...
             return True
         try:
             todo.extend(node._inputs())
