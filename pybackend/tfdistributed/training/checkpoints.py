@@ -17,9 +17,11 @@ that is deleted afterwards.
   trains, a SIGTERM (a preemption notice) makes every worker stop at the next backup, once it
   is written, with :data:`~tfdistributed.PREEMPTED_EXIT_CODE` (:func:`watching_preemption`);
   at a backup of an epoch's last step, once the epoch has ended (its logs are the history's).
-- :func:`safe_callbacks`: what :func:`tfdistributed.fit` applies to the callbacks it is given, so
-  ``ModelCheckpoint``, ``BackupAndRestore``, ``TensorBoard`` and ``CSVLogger`` of non-chief
-  workers write to temporary paths that are removed when training ends.
+- :func:`safe_callbacks`: what :func:`tfdistributed.fit` and Keras' ``fit`` under tfdistributed
+  apply to the callbacks they are given, so ``ModelCheckpoint``, ``BackupAndRestore``,
+  ``TensorBoard`` and ``CSVLogger`` of non-chief workers write to temporary paths that are
+  removed when training ends, and Keras' own ``BackupAndRestore`` (keras3's
+  ``callback_backup_and_restore()``) writes aside and renames, as the class above does.
 """
 
 from __future__ import annotations
@@ -261,12 +263,35 @@ def _backup_and_restore_class():
 
 
 def _write_backup(callback) -> None:
-    """A :class:`BackupAndRestore`'s save: the weights (optimizer included), then the metadata.
+    """A :class:`BackupAndRestore`'s save: the weights (optimizer included), then the metadata,
+    each written aside and renamed into place (:func:`_write_aside`)."""
+
+    def write(weights, metadata):
+        callback.model.save_weights(weights, overwrite=True)
+        with open(metadata, "w") as f:
+            # How many steps made one update (fit(max_replica_batch=) may resume with another).
+            json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
+                       "steps_done": callback._steps_done,
+                       "accumulation": steps_per_update(getattr(callback.model, "optimizer",
+                                                                None))},
+                      f)
+
+    _write_aside(callback, write)
+    # Counted from the epoch's start; an epoch-end backup is the next epoch's step 0.
+    recorder.note("backup", callback._current_epoch, callback._steps_done,
+                  (callback.params or {}).get("steps"))
+
+
+def _write_aside(callback, write) -> None:
+    """Save a ``BackupAndRestore``'s backup: ``write(weights_path, metadata_path)`` writes the
+    two files beside the real ones, which are then renamed into place.
 
     Keras writes both in place: a task stopped meanwhile (launch() stops every task when one
-    fails) would leave a torn file, or new weights beside old metadata, and the job would
-    resume at the wrong step. Each is written aside and renamed into place; only the instant
-    between the two renames is unsafe.
+    fails) would leave a torn file (Keras' restore then fails on it for good: it falls back to
+    the previous weights on an ``OSError`` only, never on a torn metadata file), or new weights
+    beside old metadata, and the job would resume at the wrong step; a worker reading the
+    chief's backup meanwhile would read half of it. Only the instant between the two renames
+    is unsafe. Keras' ``double_checkpoint`` copies are made first, as Keras makes them.
     """
     os.makedirs(callback.backup_dir, exist_ok=True)
     for path, previous in ((callback._weights_path, callback._prev_weights_path),
@@ -274,19 +299,41 @@ def _write_backup(callback) -> None:
                             callback._prev_training_metadata_path)):
         if callback.double_checkpoint and os.path.exists(path):
             shutil.copyfile(path, previous)
-    aside = os.path.join(callback.backup_dir, "saving.weights.h5")
-    callback.model.save_weights(aside, overwrite=True)
-    os.replace(aside, callback._weights_path)
-    with open(callback._training_metadata_path + ".saving", "w") as f:
-        # How many steps made one update (fit(max_replica_batch=) may resume with another).
-        json.dump({"epoch": callback._current_epoch, "batch": callback._last_batch_seen,
-                   "steps_done": callback._steps_done,
-                   "accumulation": steps_per_update(getattr(callback.model, "optimizer", None))},
-                  f)
-    os.replace(callback._training_metadata_path + ".saving", callback._training_metadata_path)
-    # Counted from the epoch's start; an epoch-end backup is the next epoch's step 0.
-    recorder.note("backup", callback._current_epoch, callback._steps_done,
-                  (callback.params or {}).get("steps"))
+    weights = os.path.join(callback.backup_dir, "saving.weights.h5")
+    metadata = callback._training_metadata_path + ".saving"
+    write(weights, metadata)
+    os.replace(weights, callback._weights_path)
+    os.replace(metadata, callback._training_metadata_path)
+
+
+def _keras_save_aside(callback) -> None:
+    """Make Keras' own ``BackupAndRestore`` ``callback`` (keras3's
+    ``callback_backup_and_restore()``) save as :func:`_write_aside` does: Keras' own save,
+    whatever it writes, runs with its two paths pointed aside. A callback whose class saves in
+    its own way (ours, a user's subclass) and a backup on remote storage (``gs://...``, which
+    Keras writes through TensorFlow's file system) are left as they are."""
+    import keras
+
+    if (type(callback)._save_model is not keras.callbacks.BackupAndRestore._save_model
+            or "://" in os.fspath(callback.backup_dir)
+            or getattr(callback, "_tfd_saves_aside", False)):
+        return
+    callback._tfd_saves_aside = True
+    keras_save = callback._save_model
+
+    def write(weights, metadata):
+        kept = (callback._weights_path, callback._training_metadata_path,
+                callback.double_checkpoint)
+        # Keras' double_checkpoint copies are _write_aside's, made from the real paths.
+        (callback._weights_path, callback._training_metadata_path,
+         callback.double_checkpoint) = weights, metadata, False
+        try:
+            keras_save()
+        finally:
+            (callback._weights_path, callback._training_metadata_path,
+             callback.double_checkpoint) = kept
+
+    callback._save_model = lambda: _write_aside(callback, write)
 
 
 def _stop_if_preempted(callback) -> None:
@@ -526,10 +573,13 @@ def _remove_worker_temp_callback(directories):
 def safe_callbacks(callbacks):
     """``callbacks`` with every file-writing Keras callback made multi-worker safe (in place).
 
-    On the chief (and outside multi-worker jobs) nothing changes. On other workers,
-    ``ModelCheckpoint``, ``TensorBoard`` and ``CSVLogger`` write to this worker's temporary
-    directory, removed at the end of training; ``BackupAndRestore`` restores from the chief's
-    backup and writes its own temporary one.
+    Outside multi-worker jobs (no ``TF_CONFIG``) nothing changes. In one, Keras' own
+    ``BackupAndRestore`` writes its files aside and renames them into place on every task
+    (:func:`_keras_save_aside`: a task stopped mid-save leaves the previous backup whole, and
+    no worker reads the chief's half-written); on the chief nothing else changes. On other
+    workers, ``ModelCheckpoint``, ``TensorBoard`` and ``CSVLogger`` write to this worker's
+    temporary directory, removed at the end of training; ``BackupAndRestore`` restores from the
+    chief's backup and writes its own temporary one.
 
     Args:
         callbacks: Keras callbacks (or None).
@@ -546,7 +596,12 @@ def safe_callbacks(callbacks):
 
     callbacks = list(callbacks or [])
     config = read_tf_config()
-    if not config or is_checkpoint_writer(config):
+    if not config:
+        return callbacks
+    for cb in callbacks:
+        if isinstance(cb, keras.callbacks.BackupAndRestore):
+            _keras_save_aside(cb)
+    if is_checkpoint_writer(config):
         return callbacks
     temps = []
 

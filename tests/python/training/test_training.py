@@ -230,3 +230,62 @@ def test_steps_per_execution_epochs_are_keras_epochs(digits, name, examples, ste
     assert len(weights[0]) == len(weights[1]) == 4
     for got, want in zip(*weights):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("task", ["chief", "worker", "alone"])
+def test_keras_backup_stopped_mid_save_leaves_the_previous_backup_whole(tmp_path, monkeypatch,
+                                                                        task):
+    """Keras' own BackupAndRestore (keras3's callback_backup_and_restore()) in a multi-worker
+    job: a save stopped half-way (here: in the metadata's write, after Keras opened the file)
+    leaves the previous backup whole, and a new callback resumes from it. With no TF_CONFIG
+    (alone) the callback stays Keras': its file is torn, which shows what the test tells."""
+    import json
+
+    import keras
+    from keras.src.callbacks import backup_and_restore
+    from tfdistributed.training.checkpoints import safe_callbacks
+
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    if task != "alone":
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            tfd.tf_config(cluster, "worker", 0 if task == "chief" else 1)))
+    backup = tmp_path / "backup"
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse")
+    callback = keras.callbacks.BackupAndRestore(str(backup))
+    assert safe_callbacks([callback])[0] is callback
+    callback.set_model(model)
+    callback.on_epoch_end(0)  # a whole backup of epoch 1 (Keras counts the next one)
+    written = backup if task != "worker" else next(tmp_path.glob(".workertemp_*/backup"))
+    metadata = written / "training_metadata.json"
+    assert json.loads(metadata.read_text()) == {"epoch": 1, "batch": 0}
+
+    class Stopped(Exception):
+        pass
+
+    def stopped(*args, **kwargs):
+        raise Stopped()
+
+    monkeypatch.setattr(backup_and_restore, "json", type("json", (), {"dumps": stopped}))
+    model.set_weights([w + 1 for w in model.get_weights()])
+    with pytest.raises(Stopped):
+        callback.on_epoch_end(1)
+    monkeypatch.undo()
+    if task == "alone":
+        assert metadata.read_text() == ""  # Keras' own, torn: what the others are kept from
+        return
+    assert json.loads(metadata.read_text()) == {"epoch": 1, "batch": 0}
+    if task == "chief":  # the chief's backup is the one every worker resumes from
+        monkeypatch.setenv("TF_CONFIG", json.dumps(tfd.tf_config(cluster, "worker", 0)))
+        restored = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        restored.compile(optimizer="sgd", loss="mse")
+        again = safe_callbacks([keras.callbacks.BackupAndRestore(str(backup))])[0]
+        again.set_model(restored)
+        again.on_train_begin()
+        assert restored._initial_epoch == 1
+        # The stopped save's own files stay beside (the next save writes over them).
+        assert sorted(p.name for p in backup.iterdir()) == [
+            "latest.weights.h5", "saving.weights.h5", "training_metadata.json",
+            "training_metadata.json.saving"]
+        for a, b in zip(restored.get_weights(), [w - 1 for w in model.get_weights()]):
+            np.testing.assert_array_equal(a, b)
