@@ -115,9 +115,13 @@ class LocalSlurm:
         return env
 
     def run(self, argv, timeout=30.0, check=True) -> subprocess.CompletedProcess:
-        """Run a SLURM client command (``sinfo``, ``srun``...) against this cluster."""
+        """Run a SLURM client command (``sinfo``, ``srun``...) against this cluster.
+
+        Its output is decoded with undecodable bytes replaced: ``srun --label`` relays a task's
+        output in 1024-byte pieces, each labelled, so a long line is cut inside a character.
+        """
         done = subprocess.run([*self.prefix, *argv], env=self.env(), capture_output=True, text=True,
-                              timeout=timeout)
+                              errors="replace", timeout=timeout)
         if check and done.returncode != 0:
             raise LaunchError(f"{' '.join(argv)} failed with status {done.returncode}: "
                               f"{done.stderr.strip() or done.stdout.strip()}")

@@ -122,12 +122,24 @@ def test_srun_python_script_trains_two_workers_with_no_configuration(slurm_clust
         assert f"{i}: done:" in done.stdout
 
 
+def test_srun_output_cut_inside_a_character_is_still_read(slurm_cluster):
+    # srun --label relays a task's output in 1024-byte pieces, each labelled: a progress bar of
+    # 3-byte characters redrawn with \r on one line is cut inside a character. Reading it must
+    # not fail (a UnicodeDecodeError once failed the R script's test above in CI).
+    code = ("import sys\nfor i in range(300):\n"
+            "    sys.stdout.write('\\r' + '\u2501' * (i % 40) + ' step %d' % i)\nprint()")
+    done = slurm_cluster.run(["srun", "-n2", "--label", sys.executable, "-c", code], timeout=120)
+    assert done.stdout.startswith(("0: ", "1: ")) and "step 299" in done.stdout
+    assert "\ufffd" in done.stdout  # the cut characters, replaced
+
+
 def test_srun_r_script_trains_two_workers_with_distribute_strategy_auto(slurm_cluster, tmp_path):
     import subprocess
 
     done = subprocess.run(
         ["srun", "-N1", "-n2", "--label", "Rscript", str(SCRIPTS / "mwms_digits.R"), str(tmp_path)],
-        env=r_env(SLURM_CONF=slurm_cluster.conf), capture_output=True, text=True, timeout=300)
+        env=r_env(SLURM_CONF=slurm_cluster.conf), capture_output=True, text=True,
+        errors="replace", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert_identical_weights(tmp_path)
     # SLURM's reserved ports of the step (MpiParams=ports=... in the cluster's slurm.conf).

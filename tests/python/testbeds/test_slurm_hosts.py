@@ -60,10 +60,13 @@ def cluster():
 
 
 def srun(slurm, argv, distribution, env=None, timeout=300):
+    # srun --label relays each task's output in pieces of 1024 bytes, each with its label, so a
+    # long line (Keras's progress bar redrawn with \r) is cut inside a UTF-8 character: replace.
     return subprocess.run(
         [*slurm.prefix, "srun", "-N2", "--ntasks-per-node=2", f"--distribution={distribution}",
          "--kill-on-bad-exit=1", "--label", *argv],
-        env=env or slurm.env(), capture_output=True, text=True, timeout=timeout)
+        env=env or slurm.env(), capture_output=True, text=True, errors="replace",
+        timeout=timeout)
 
 
 def test_nodes_are_known_by_their_addresses_in_the_bed(cluster):
