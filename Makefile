@@ -40,10 +40,11 @@ test: lint
 
 # The edit-test loop: everything that starts no multi-process cluster and is not a whole other
 # suite, build, fresh process or long training (pytest markers `cluster` and `slow`): 850 tests,
-# 2 min 18 s in all in its last run (2026-11-29; 847 took 1 min 54 s that morning); runs of 846 took 2 min 4 s to 2 min 58 s
-# (around its 150-s budget, over it on a slow run) on this 2-core machine, 2026-11-28. `make test` stays
-# the full suite (1,391 tests, 44-56 min here on 2026-11-29, over its 30-minute budget; the CPU
-# seconds per test folder at its end: see vignettes/articles/development.Rmd).
+# 65 s of pytest (1 min 13 s in all) on the host of 2026-11-29's second session, within its
+# 150-s budget; 2 min 4 s to 2 min 58 s on the 2.3x slower hosts of the days before. `make test`
+# stays the full suite (1,392 tests, 24 min 54 s of pytest on that host, within its 30-minute
+# budget; 44-56 min on the slower ones; its log prints the machine's speed before its CPU
+# sums: see vignettes/articles/development.Rmd).
 check: lint
 	@$(PY) scripts/quiet.py .logs/check.log -- $(PY) -m pytest -n $(CHECK_WORKERS) --dist loadscope --no-loadscope-reorder -m "not cluster and not slow" $(PYTEST_ARGS)
 

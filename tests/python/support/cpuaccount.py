@@ -15,6 +15,9 @@ daemons that outlive the test (slurmd and its steps, Ray's raylets) and a module
 fixture's teardown (charged to the next test). Each pytest-xdist worker appends one
 JSON line per test; the controller empties the file first and prints the sums last.
 
+Before the workers start, the controller times two fixed pieces of work (``machine_speed``),
+printed at the end: runs on hosts of different speeds are compared through them.
+
 The controller also reads the whole machine's CPU (``psutil.cpu_times``) at the start and the
 end: how busy its cores were over the run, and how much of that the per-test sums do not see
 (the daemons above, the pytest processes' own start-up, anything else the machine ran).
@@ -61,14 +64,37 @@ def _machine_busy_seconds() -> float:
 
 
 _machine_start: tuple[float, float] | None = None  # (wall clock, busy seconds) at the start
+_machine_speed: str | None = None
+
+
+def machine_speed() -> str:
+    """CPU seconds of two fixed pieces of work, measured by the controller before any worker
+    starts: what makes two runs' figures comparable. Hosts sold as the same CPU ran this suite's
+    very same tests with 2.3 times the CPU seconds (2026-11-28 and 11-29): a slower run says
+    "slower machine" when these grow with it, and "costlier tests" when they do not."""
+    import numpy as np
+
+    start = time.process_time()
+    total = 0
+    for i in range(20_000_000):  # the interpreter: imports, tracing, R's and Python's glue
+        total += i
+    python = time.process_time() - start
+    a = np.random.default_rng(0).random((512, 512), dtype=np.float32)
+    start = time.process_time()
+    for _ in range(200):  # float32 kernels (numpy's BLAS, on this process's threads)
+        a @ a
+    kernels = time.process_time() - start
+    return (f"this machine's speed (before the tests): 20 million Python additions in "
+            f"{python:.2f} s of CPU, 200 float32 512x512 matrix products in {kernels:.2f} s")
 
 
 def pytest_configure(config):
-    global _machine_start
+    global _machine_start, _machine_speed
     path = config.getoption("--cpu-log")
     if path and not _is_worker(config):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         open(path, "w").close()
+        _machine_speed = machine_speed()
         _machine_start = (time.time(), _machine_busy_seconds())
 
 
@@ -138,6 +164,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for name, seconds in groups.most_common():
         write(f"{seconds:8.0f}  {name}")
     write(f"{sum(groups.values()):8.0f}  in all")
+    if _machine_speed is not None:
+        write(_machine_speed)
     if _machine_start is not None:
         write(machine_use(_machine_start, sum(groups.values()),
                           (time.time(), _machine_busy_seconds()), os.cpu_count() or 1))
