@@ -69,8 +69,8 @@ _machine_speed: str | None = None
 
 def machine_speed() -> str:
     """CPU seconds of two fixed pieces of work, measured by the controller before any worker
-    starts: what makes two runs' figures comparable. Hosts sold as the same CPU ran this suite's
-    very same tests with 2.3 times the CPU seconds (2026-11-28 and 11-29): a slower run says
+    starts: what makes two runs' figures comparable. Two hosts sold as the same CPU ran this
+    suite's very same tests with 6,200 and 2,712 s of CPU (2026-11-29): a slower run says
     "slower machine" when these grow with it, and "costlier tests" when they do not."""
     import numpy as np
 
