@@ -96,9 +96,8 @@ def test_tf_config_from_slurm_in_r_tasks(slurm_cluster):
     code = ('library(tfdistributed); cfg <- tf_config_from_slurm(); '
             'cat(Sys.getenv("SLURM_PROCID"), cfg$task$type, cfg$task$index, '
             'unlist(cfg$cluster$worker), "\\n")')
-    done = subprocess.run(["srun", "-n2", "--label", "Rscript", "-e", code],
-                          env=r_env() | {"SLURM_CONF": slurm_cluster.conf},
-                          capture_output=True, text=True, errors="replace", timeout=120)
+    done = slurm_cluster.run(["srun", "-n2", "--label", "Rscript", "-e", code], timeout=120,
+                             check=False, env=r_env())
     assert done.returncode == 0, done.stderr[-2000:]
     lines = sorted(line.split(": ", 1)[1].split() for line in done.stdout.splitlines() if ": " in line)
     node = slurm_cluster.node

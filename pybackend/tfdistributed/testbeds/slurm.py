@@ -25,7 +25,7 @@ SLURM uses is inside the bed; client commands must run there too: :attr:`LocalSl
 command prefix that does, and :meth:`LocalSlurm.run` uses it::
 
     with HostBed(2) as bed, LocalSlurm(hosts=bed.hosts) as slurm:
-        subprocess.run([*slurm.prefix, "srun", "-N2", "hostname"], env=slurm.env())
+        slurm.run(["srun", "-N2", "hostname"])  # = [*slurm.prefix, "srun", ...], slurm.env()
 """
 
 from __future__ import annotations
@@ -114,14 +114,15 @@ class LocalSlurm:
         env["SLURM_CONF"] = self.conf
         return env
 
-    def run(self, argv, timeout=30.0, check=True) -> subprocess.CompletedProcess:
-        """Run a SLURM client command (``sinfo``, ``srun``...) against this cluster.
+    def run(self, argv, timeout=30.0, check=True, env=None) -> subprocess.CompletedProcess:
+        """Run a SLURM client command (``sinfo``, ``srun``...) against this cluster, in ``env``
+        (default: this process's environment) with the cluster's ``SLURM_CONF``.
 
         Its output is decoded with undecodable bytes replaced: ``srun --label`` relays a task's
         output in 1024-byte pieces, each labelled, so a long line is cut inside a character.
         """
-        done = subprocess.run([*self.prefix, *argv], env=self.env(), capture_output=True, text=True,
-                              errors="replace", timeout=timeout)
+        done = subprocess.run([*self.prefix, *argv], env=self.env(env), capture_output=True,
+                              text=True, errors="replace", timeout=timeout)
         if check and done.returncode != 0:
             raise LaunchError(f"{' '.join(argv)} failed with status {done.returncode}: "
                               f"{done.stderr.strip() or done.stdout.strip()}")

@@ -60,13 +60,9 @@ def cluster():
 
 
 def srun(slurm, argv, distribution, env=None, timeout=300):
-    # srun --label relays each task's output in pieces of 1024 bytes, each with its label, so a
-    # long line (Keras's progress bar redrawn with \r) is cut inside a UTF-8 character: replace.
-    return subprocess.run(
-        [*slurm.prefix, "srun", "-N2", "--ntasks-per-node=2", f"--distribution={distribution}",
-         "--kill-on-bad-exit=1", "--label", *argv],
-        env=env or slurm.env(), capture_output=True, text=True, errors="replace",
-        timeout=timeout)
+    return slurm.run(["srun", "-N2", "--ntasks-per-node=2", f"--distribution={distribution}",
+                      "--kill-on-bad-exit=1", "--label", *argv],
+                     timeout=timeout, check=False, env=env)
 
 
 def test_nodes_are_known_by_their_addresses_in_the_bed(cluster):
@@ -101,7 +97,7 @@ def tf_configs(output):
 
 def test_srun_r_script_cyclic_tasks_find_each_other_by_address(cluster, tmp_path):
     done = srun(cluster, ["Rscript", str(SCRIPTS / "mwms_digits.R"), str(tmp_path)], "cyclic",
-                env=r_env(SLURM_CONF=cluster.conf))
+                env=r_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert_identical_weights(tmp_path, WORKERS)
     configs = tf_configs(done.stdout)
